@@ -1,0 +1,1 @@
+"""lc_cfr: a Deep CFR trainer for two-player Lost Cities."""

@@ -1,0 +1,27 @@
+"""Builds the Cython engine; everything else lives in pyproject.toml."""
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+extensions = [
+    Extension(
+        "lc_cfr.game.cy_engine",
+        ["lc_cfr/game/cy_engine.pyx"],
+        include_dirs=[numpy.get_include(), "lc_cfr/game"],
+        extra_compile_args=["-O3"],
+    ),
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={
+            "language_level": "3",
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+    )
+)
