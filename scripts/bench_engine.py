@@ -11,6 +11,7 @@ and the JAX-to-Cython ratio.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -27,23 +28,26 @@ from lc_cfr.game.rules import Rules
 SEED = 1
 
 
-def bench_jax(rules: Rules, batch: int, min_games: int, repeats: int) -> dict:
+def bench_jax(
+    rules: Rules, batch: int, min_games: int, repeats: int, with_encoding: bool = True
+) -> dict:
     calls = max(1, -(-min_games // batch))
     first = jnp.arange(batch, dtype=jnp.int32)
+    play = functools.partial(play_random_games, with_encoding=with_encoding)
     compile_start = time.perf_counter()
-    jax.block_until_ready(play_random_games(rules, SEED, 0, first + 10**6))
+    jax.block_until_ready(play(rules, SEED, 0, first + 10**6))
     compile_seconds = time.perf_counter() - compile_start
     rates, decisions, truncated = [], 0, 0
     for _ in range(repeats):
         decisions = truncated = 0
         start = time.perf_counter()
         for call in range(calls):
-            stats = play_random_games(rules, SEED, 0, first + call * batch)
+            stats = play(rules, SEED, 0, first + call * batch)
             decisions += int(stats.decisions)
             truncated += int(stats.truncated)
         rates.append(decisions / (time.perf_counter() - start))
     return {
-        "engine": f"jax_vmap_b{batch}",
+        "engine": f"jax_vmap_b{batch}" + ("" if with_encoding else "_noenc"),
         "batch": batch,
         "games": calls * batch,
         "decisions": decisions,
@@ -53,19 +57,47 @@ def bench_jax(rules: Rules, batch: int, min_games: int, repeats: int) -> dict:
     }
 
 
-def bench_cython(rules: Rules, games: int, repeats: int) -> dict:
+def bench_cython(rules: Rules, games: int, repeats: int, with_encoding: bool = True) -> dict:
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
-        stats = cy_engine.play_random_games(rules, SEED, 0, 0, games)
+        stats = cy_engine.play_random_games(rules, SEED, 0, 0, games, with_encoding=with_encoding)
         rates.append(stats["decisions"] / (time.perf_counter() - start))
     return {
-        "engine": "cython_1proc",
+        "engine": "cython_1proc" + ("" if with_encoding else "_noenc"),
         "batch": 1,
         "games": games,
         "decisions": stats["decisions"],
         "truncated_games": stats["truncated"],
         "decisions_per_second": statistics.median(rates),
+    }
+
+
+def bench_forward(rules: Rules, batch: int, repeats: int, hidden: int = 512, layers: int = 3):
+    """Context for the engine figures: one dense ReLU MLP forward of the default size."""
+    sizes = [rules.encoding_size] + [hidden] * layers + [rules.num_actions]
+    keys = jax.random.split(jax.random.PRNGKey(0), len(sizes))
+    weights = [
+        jax.random.normal(k, (a, b), jnp.float32) / a**0.5
+        for k, a, b in zip(keys, sizes[:-1], sizes[1:], strict=False)
+    ]
+
+    @jax.jit
+    def forward(x):
+        for w in weights[:-1]:
+            x = jax.nn.relu(x @ w)
+        return x @ weights[-1]
+
+    x = jax.random.uniform(keys[-1], (batch, rules.encoding_size))
+    jax.block_until_ready(forward(x))
+    times = []
+    for _ in range(repeats * 5):
+        start = time.perf_counter()
+        jax.block_until_ready(forward(x))
+        times.append(time.perf_counter() - start)
+    return {
+        "engine": f"forward_{hidden}x{layers}_b{batch}",
+        "ns_per_state": 1e9 * min(times) / batch,
     }
 
 
@@ -95,6 +127,11 @@ def main() -> None:
 
     cython_rate = results[0]["decisions_per_second"]
     best = max(results[1:], key=lambda r: r["decisions_per_second"])
+    # Breakdown: the same loops without the encoding, at the best JAX batch.
+    results.append(bench_cython(rules, args.cython_games, args.repeats, with_encoding=False))
+    results.append(
+        bench_jax(rules, best["batch"], args.min_games, args.repeats, with_encoding=False)
+    )
     print(f"{'engine':<18}{'games':>8}{'decisions':>12}{'decisions/s':>14}{'vs cython':>11}")
     for r in results:
         r["ratio_to_cython"] = r["decisions_per_second"] / cython_rate
@@ -103,6 +140,18 @@ def main() -> None:
             f"{r['decisions_per_second']:>14,.0f}{r['ratio_to_cython']:>10.2f}x"
         )
     print(f"best JAX ({best['engine']}) / Cython = {best['ratio_to_cython']:.2f}")
+    for r in results:
+        r["ns_per_decision"] = 1e9 / r["decisions_per_second"]
+    by_name = {r["engine"]: r["ns_per_decision"] for r in results}
+    for engine, noenc in [("cython_1proc", "cython_1proc_noenc"), (best["engine"], None)]:
+        noenc = noenc or f"{engine}_noenc"
+        share = 1 - by_name[noenc] / by_name[engine]
+        print(f"{engine}: {by_name[engine]:.0f} ns/decision, encoding share {share:.0%}")
+    forward = bench_forward(rules, best["batch"], args.repeats)
+    print(
+        f"context: {forward['engine']} forward {forward['ns_per_state']:.0f} ns/state; "
+        f"JAX engine decision = {by_name[best['engine']] / forward['ns_per_state']:.2f} forwards"
+    )
     if args.json:
         summary = {
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
@@ -110,6 +159,7 @@ def main() -> None:
             "backend": jax.default_backend(),
             "results": results,
             "best_jax_to_cython": best["ratio_to_cython"],
+            "forward": forward,
         }
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

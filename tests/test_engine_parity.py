@@ -113,6 +113,11 @@ def test_batch_random_play_totals_agree(variant):
     assert int(jax_stats.truncated) == cy_stats["truncated"]
     assert int(jax_stats.score_diff_sum) == cy_stats["score_diff_sum"]
     assert int(jax_stats.checksum) == cy_stats["checksum"] % 2**32
+    # the benchmark's no-encoding breakdown plays the very same games
+    jax_bare = play_random_games(rules, SEED, 3, games, with_encoding=False)
+    cy_bare = cy_engine.play_random_games(rules, SEED, 3, 100, 64, with_encoding=False)
+    assert int(jax_bare.checksum) == cy_bare["checksum"] == cy_stats["checksum"]
+    assert int(jax_bare.decisions) == cy_bare["decisions"]
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -881,7 +881,8 @@ def random_bits_array(const uint32_t[::1] seeds, const uint32_t[::1] iterations,
     return out
 
 
-def play_random_games(rules, seed, iteration, first_game, n_games, with_encoding_sum=False):
+def play_random_games(rules, seed, iteration, first_game, n_games, with_encoding_sum=False,
+                      with_encoding=True):
     """Plays games of uniformly random legal moves entirely in C (the benchmark).
 
     Game g in [first_game, first_game + n_games) is dealt by deal(seed, g, iteration); at
@@ -894,6 +895,7 @@ def play_random_games(rules, seed, iteration, first_game, n_games, with_encoding
        "score_diff_sum": sum of s0 - s1, "checksum": sum over games and decisions of
        (d + 1) * action, modulo 2^32}; with `with_encoding_sum`, also "encoding_sum": the
       float64 sum of every encoding computed (exact: all values are small dyadic numbers).
+      `with_encoding=False` skips the encoding (the benchmark's breakdown of its cost).
     """
     cdef LCRules r
     cdef LCState s
@@ -906,6 +908,7 @@ def play_random_games(rules, seed, iteration, first_game, n_games, with_encoding
     if n < 0:
         raise ValueError(f"n_games must be >= 0, got {n}")
     cdef bint want_sum = bool(with_encoding_sum)
+    cdef bint want_encoding = bool(with_encoding) or want_sum
     encoding = np.zeros(r.encoding_size, dtype=np.float32)
     cdef float[::1] enc_view = encoding
     cdef float* enc = &enc_view[0]
@@ -924,7 +927,8 @@ def play_random_games(rules, seed, iteration, first_game, n_games, with_encoding
             d = 0
             while not s.terminal:
                 k = lc_legal_mask(&r, &s, mask)
-                lc_encode(&r, &s, s.current_player, enc)
+                if want_encoding:
+                    lc_encode(&r, &s, s.current_player, enc)
                 if want_sum:
                     for j in range(r.encoding_size):
                         encoding_sum += enc[j]
