@@ -1,0 +1,126 @@
+"""Default lc_cfr training configuration (Deep CFR on classic Lost Cities).
+
+    python -m lc_cfr.main --config=configs/default.py [--config.a.b=v]
+    python -m lc_cfr.main --config=configs/default.py:smoke   # a few tiny iterations
+
+The defaults mirror the predecessor's seeds: 280 traversals per player, a 512x3 network,
+512 updates of batch 1024 per network, 2M-sample memories, evaluation every 25
+iterations. Only the trainer reads this file; every helper takes explicit arguments.
+"""
+
+import ml_collections
+
+
+def get_config(preset: str = "") -> ml_collections.ConfigDict:
+    """Returns the config; `preset` is the text after the colon (e.g. 'smoke')."""
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # every random choice derives from it (SPEC section 2)
+    # Utility = score difference / utility_scale: keeps regret targets near unit scale.
+    config.utility_scale = 100.0
+
+    # The game variant (SPEC section 1, docs/game.md).
+    config.rules = ml_collections.ConfigDict()
+    config.rules.n_colors = 5  # expeditions, 1..6
+    config.rules.n_ranks = 9  # numbered cards per colour
+    config.rules.min_rank = 2  # face value of the lowest numbered card
+    config.rules.n_wagers = 3  # wager cards per colour
+    config.rules.hand_size = 8  # cards per hand
+    config.rules.expedition_penalty = -20  # cost of opening an expedition
+    config.rules.bonus_threshold = 8  # cards (wagers count) that earn the bonus
+    config.rules.bonus_amount = 20  # added after the wager multiplier
+    config.rules.max_turns = 100  # truncation cap (docs/game.md explains the choice)
+
+    config.run = ml_collections.ConfigDict()
+    config.run.max_iterations = 1000  # stop after this many Deep CFR iterations
+    config.run.max_minutes = 0.0  # also stop after this much wall-clock; 0 = no limit
+    config.run.progress_bar = True  # tqdm bar with ETA and headline metrics
+
+    config.traversal = ml_collections.ConfigDict()
+    config.traversal.backend = "jax"  # one of the registry's backends (lc_cfr.train)
+    config.traversal.traversals_per_player = 280  # per player per iteration
+    config.traversal.lanes = 280  # jax: traversals in flight at once (lockstep)
+    config.traversal.sampling_mode = "outcome"  # outcome | external
+    config.traversal.outcome_sampling_epsilon = 0.6  # traverser exploration mix
+    config.traversal.outcome_sampling_value_clip = 20.0  # |importance-weighted value| cap; 0 = off
+    # Targets of unsampled actions: negative_node_value (unbiased) | zero (biased).
+    config.traversal.outcome_unsampled_regret = "negative_node_value"
+    config.traversal.max_depth = 2  # external: traverser decisions expanded in full
+    config.traversal.cutoff_turns = 0  # cut a traversal off after this many turns; 0 = never
+    config.traversal.cutoff_value_mode = "score_diff"  # score_diff | rollouts
+    config.traversal.cutoff_rollouts = 4  # playouts averaged per cut-off (rollouts mode)
+    config.traversal.cutoff_rollout_policy = "random"  # policy of both players in playouts
+    # network | average_strategy | league (bot names come with the evaluation issue)
+    config.traversal.opponent_policy = "network"
+    # Where strategy samples are stored: opponent (Brown et al.) | traverser | both.
+    config.traversal.strategy_samples = "opponent"
+
+    config.regret_matching = ml_collections.ConfigDict()
+    # When no advantage is positive: argmax_tiebreak (lowest index wins ties) | uniform.
+    config.regret_matching.all_negative_fallback = "argmax_tiebreak"
+
+    config.training_weighting = ml_collections.ConfigDict()
+    config.training_weighting.mode = "lcfr"  # lcfr (weight = iteration) | uniform
+
+    config.self_play = ml_collections.ConfigDict()
+    config.self_play.league_size = 4  # past strategy snapshots kept for `league`
+    config.self_play.snapshot_every = 10  # iterations between snapshots
+
+    config.network = ml_collections.ConfigDict()
+    config.network.hidden_size = 512
+    config.network.num_layers = 3  # hidden layers
+    config.network.activation = "relu"  # relu | gelu | tanh | silu
+
+    config.optimization = ml_collections.ConfigDict()
+    config.optimization.learning_rate = 1e-3
+    config.optimization.weight_decay = 0.0
+    config.optimization.grad_clip = 1.0  # global norm; 0 = off
+    config.optimization.advantage_updates = 512  # updates per iteration per network
+    config.optimization.advantage_batch_size = 1024
+    config.optimization.strategy_updates = 512
+    config.optimization.strategy_batch_size = 1024
+    config.optimization.advantage_init = "scratch"  # scratch | warm_start
+    config.optimization.strategy_train_every = 1  # iterations between strategy training
+
+    config.memory = ml_collections.ConfigDict()
+    config.memory.advantage_capacity = 2_000_000  # per player
+    config.memory.strategy_capacity = 2_000_000
+
+    config.evaluation = ml_collections.ConfigDict()
+    config.evaluation.eval_every = 25  # iterations; 0 = never (evaluation lands with issue 4)
+
+    config.checkpoint = ml_collections.ConfigDict()
+    config.checkpoint.save_latest = True  # overwrite checkpoints/latest every iteration
+    config.checkpoint.save_every = 25  # also keep checkpoints/step_N; 0 = never
+
+    config.logging = ml_collections.ConfigDict()
+    config.logging.tensorboard = True  # events under WORKDIR/tensorboard
+
+    if preset == "smoke":
+        _smoke(config)
+    elif preset:
+        raise ValueError(f"unknown preset {preset!r}; valid: '', 'smoke'")
+    return config
+
+
+def _smoke(config: ml_collections.ConfigDict) -> None:
+    """A tiny variant and network: a few iterations in well under a minute on a CPU."""
+    config.rules.n_colors = 2
+    config.rules.n_ranks = 5
+    config.rules.n_wagers = 1
+    config.rules.hand_size = 3
+    config.rules.bonus_threshold = 5
+    config.rules.max_turns = 30
+    config.run.max_iterations = 3
+    config.run.progress_bar = False
+    config.traversal.traversals_per_player = 16
+    config.traversal.lanes = 8
+    config.network.hidden_size = 32
+    config.network.num_layers = 2
+    config.optimization.advantage_updates = 8
+    config.optimization.advantage_batch_size = 32
+    config.optimization.strategy_updates = 8
+    config.optimization.strategy_batch_size = 32
+    config.memory.advantage_capacity = 4096
+    config.memory.strategy_capacity = 4096
+    config.evaluation.eval_every = 0
+    config.checkpoint.save_every = 2

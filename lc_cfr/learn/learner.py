@@ -1,0 +1,211 @@
+"""Training the advantage and strategy networks from reservoir memories (optax).
+
+A `Learner` is built once per network kind. Its `train` runs the whole update loop of
+one Deep CFR iteration as a single jitted `lax.scan`: each step samples a batch from the
+reservoir and takes one optimizer step, so a training call is one dispatch and the
+function compiles once (the memory, parameters and key are arguments, never constants).
+
+Samples are weighted by `training_weighting.mode`: 'lcfr' weighs a sample by the
+iteration t that produced it (Linear CFR, as in Deep CFR; iterations count from 1) and
+'uniform' weighs every sample 1.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from lc_cfr.memory.reservoir import Reservoir, reservoir_sample
+from lc_cfr.nets.mlp import NetworkSpec, apply, init_params, masked_advantages, masked_log_policy
+
+WEIGHTING_MODES = ("lcfr", "uniform")
+KINDS = ("advantage", "strategy")
+
+
+def make_optimizer(
+    *, learning_rate: float, weight_decay: float, grad_clip: float
+) -> optax.GradientTransformation:
+    """AdamW after clipping gradients to a global norm of `grad_clip` (<= 0: no clipping).
+
+    Raises:
+        ValueError: naming the field, for a learning rate <= 0 or a weight decay < 0.
+    """
+    if not learning_rate > 0:
+        raise ValueError(f"optimization.learning_rate must be > 0, got {learning_rate!r}")
+    if not weight_decay >= 0:
+        raise ValueError(f"optimization.weight_decay must be >= 0, got {weight_decay!r}")
+    adamw = optax.adamw(learning_rate, weight_decay=weight_decay)
+    if grad_clip > 0:
+        return optax.chain(optax.clip_by_global_norm(grad_clip), adamw)
+    return adamw
+
+
+def check_weighting(mode: str) -> str:
+    """Returns `mode` if it is a known weighting, else raises a ValueError naming it."""
+    if mode not in WEIGHTING_MODES:
+        raise ValueError(
+            f"training_weighting.mode must be one of {list(WEIGHTING_MODES)}, got {mode!r}"
+        )
+    return mode
+
+
+def sample_weights(iteration: jax.Array, *, mode: str) -> jax.Array:
+    """[B] float32 loss weights of samples from iterations [B] int32.
+
+    'lcfr': w = t, the iteration that produced the sample (Linear CFR weighting).
+    'uniform': w = 1.
+    """
+    check_weighting(mode)
+    iteration = jnp.asarray(iteration)
+    if mode == "lcfr":
+        return iteration.astype(jnp.float32)
+    return jnp.ones(iteration.shape, jnp.float32)
+
+
+def _weighted_mean(per_sample: jax.Array, weight: jax.Array) -> jax.Array:
+    """sum(w * x) / sum(w); 0 when every weight is 0."""
+    total = jnp.sum(weight)
+    return jnp.sum(weight * per_sample) / jnp.where(total > 0, total, 1.0)
+
+
+def advantage_loss(
+    raw: jax.Array, mask: jax.Array, target: jax.Array, weight: jax.Array
+) -> jax.Array:
+    """Weighted masked MSE of the advantage network, [] float32.
+
+    Per sample, the mean over legal actions of (masked_advantages(raw) - target)^2; the
+    samples are averaged with weights w normalised by their sum in the batch. A sample
+    without legal actions contributes 0.
+
+    Args:
+        raw: [B, A] network outputs.
+        mask: [B, A] bool legal actions.
+        target: [B, A] regret targets (illegal entries ignored).
+        weight: [B] sample weights (see `sample_weights`).
+    """
+    error = jnp.where(mask, masked_advantages(raw, mask) - target, 0.0)
+    legal = jnp.maximum(jnp.sum(mask, axis=-1), 1)
+    per_sample = jnp.sum(error * error, axis=-1) / legal
+    return _weighted_mean(per_sample, weight)
+
+
+def strategy_loss(
+    raw: jax.Array, mask: jax.Array, target: jax.Array, weight: jax.Array
+) -> jax.Array:
+    """Weighted cross-entropy of the strategy network, [] float32.
+
+    Per sample, -sum over legal a of target(a) * log masked_policy(raw)(a), with a
+    log-softmax restricted to the legal actions (`masked_log_policy`, finite everywhere);
+    the samples are averaged with weights w normalised by their sum in the batch.
+
+    Why cross-entropy rather than the paper's MSE: for the samples (w_k, sigma_k) of one
+    information state, sum_k w_k CE(sigma_k, p) = -sum_a (sum_k w_k sigma_k(a)) log p(a),
+    which over distributions p is minimised (Gibbs' inequality) exactly at
+    p = sum_k w_k sigma_k / sum_k w_k: the w-weighted average of the target policies.
+    With lcfr weights w = t that is the linear-averaged strategy Deep CFR wants, the
+    same minimiser as the paper's MSE. But the cross-entropy gradient with respect to
+    the logits, w * (p - sigma), does not vanish when a probability is small (the MSE
+    gradient through a softmax is scaled by p), and the network's output is always a
+    distribution over the legal actions (no clipping or renormalising of regressed
+    values).
+
+    Args:
+        raw: [B, A] network logits.
+        mask: [B, A] bool legal actions.
+        target: [B, A] target policies (illegal entries ignored).
+        weight: [B] sample weights (see `sample_weights`).
+    """
+    log_policy = masked_log_policy(raw, mask)
+    per_sample = -jnp.sum(jnp.where(mask, target * log_policy, 0.0), axis=-1)
+    return _weighted_mean(per_sample, weight)
+
+
+LOSSES = {"advantage": advantage_loss, "strategy": strategy_loss}
+
+
+class Learner:
+    """Trains one kind of network ('advantage' or 'strategy') from a reservoir.
+
+    Build it once per kind; `init` and `train` are jitted in the constructor and compile
+    once for a given memory shape. `trace_count` counts traces of the training loop
+    (a recompilation would raise it).
+    """
+
+    def __init__(
+        self,
+        spec: NetworkSpec,
+        *,
+        kind: str,
+        optimizer: optax.GradientTransformation,
+        batch_size: int,
+        num_updates: int,
+        weighting: str,
+    ):
+        """Builds the learner.
+
+        Args:
+            spec: the network shape.
+            kind: 'advantage' (advantage_loss) or 'strategy' (strategy_loss).
+            optimizer: e.g. from `make_optimizer`.
+            batch_size: samples per update.
+            num_updates: updates per `train` call.
+            weighting: training_weighting.mode, 'lcfr' or 'uniform'.
+
+        Raises:
+            ValueError: naming the field, for an unknown kind or weighting or a size < 1.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"learner kind must be one of {list(KINDS)}, got {kind!r}")
+        for name, value in (("batch_size", batch_size), ("updates", num_updates)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"optimization.{kind}_{name} must be an int >= 1, got {value!r}")
+        self.spec = spec
+        self.kind = kind
+        self.optimizer = optimizer
+        self.batch_size = batch_size
+        self.num_updates = num_updates
+        self.weighting = check_weighting(weighting)
+        self.trace_count = 0
+        self._loss = LOSSES[kind]
+        self._init = jax.jit(self._init_impl)
+        self._train = jax.jit(self._train_impl)
+
+    def init(self, key: jax.Array):
+        """Fresh (params, opt_state)."""
+        return self._init(key)
+
+    def train(self, params, opt_state, memory: Reservoir, key: jax.Array):
+        """Runs `num_updates` steps, each on a fresh batch sampled from `memory`.
+
+        Returns:
+            (params, opt_state, metrics) with metrics {"loss_first", "loss_last",
+            "loss_mean"}: [] float32 batch losses of the first and last steps (each
+            computed before its update) and their mean over all steps.
+        """
+        return self._train(params, opt_state, memory, key)
+
+    def loss(self, params, batch) -> jax.Array:
+        """The weighted loss of `params` on a batch (info, mask, target, iteration)."""
+        info, mask, target, iteration = batch
+        raw = apply(self.spec, params, info)
+        return self._loss(raw, mask, target, sample_weights(iteration, mode=self.weighting))
+
+    def _init_impl(self, key):
+        params = init_params(self.spec, key)
+        return params, self.optimizer.init(params)
+
+    def _train_impl(self, params, opt_state, memory, key):
+        self.trace_count += 1  # runs only while tracing
+
+        def step(carry, step_key):
+            params, opt_state = carry
+            batch = reservoir_sample(memory, step_key, self.batch_size)
+            loss, grads = jax.value_and_grad(self.loss)(params, batch)
+            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
+
+        keys = jax.random.split(key, self.num_updates)
+        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), keys)
+        metrics = {"loss_first": losses[0], "loss_last": losses[-1], "loss_mean": losses.mean()}
+        return params, opt_state, metrics

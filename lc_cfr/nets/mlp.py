@@ -1,0 +1,203 @@
+"""The multilayer perceptron of the advantage and strategy networks (flax linen).
+
+One network shape serves both Deep CFR networks: it maps an information-state encoding
+[B, E] to one raw output per action [B, A]. The heads differ only in how the raw outputs
+are read: `masked_advantages` (regret estimates, illegal actions 0) and `masked_policy`
+(a softmax over the legal actions).
+
+`to_layout` / `from_layout` convert the parameters to and from one canonical layout that
+a torch MLP shares: keys "layer_{i}.weight" [out, in], "layer_{i}.bias" [out],
+"output.weight" [A, H] and "output.bias" [A] (the nn.Linear convention, so the flax
+kernels [in, out] are transposed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# gelu is the exact (erf) form, as torch.nn.GELU() computes by default.
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": nn.relu,
+    "gelu": functools.partial(nn.gelu, approximate=False),
+    "tanh": jnp.tanh,
+    "silu": nn.silu,
+}
+
+Params = dict  # {"layer_0": {"kernel": [E, H], "bias": [H]}, ..., "output": {...}}
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkSpec:
+    """The shape of an MLP: static, hashable data that jitted functions close over.
+
+    Attributes:
+        input_size: E, the length of the information-state encoding.
+        num_actions: A, one output per action.
+        hidden_size: width of every hidden layer.
+        num_layers: number of hidden layers (each Dense + activation).
+        activation: one of ACTIVATIONS ('relu', 'gelu', 'tanh', 'silu').
+    """
+
+    input_size: int
+    num_actions: int
+    hidden_size: int
+    num_layers: int
+    activation: str = "relu"
+
+    def __post_init__(self):
+        for name in ("input_size", "num_actions", "hidden_size", "num_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"network.{name} must be an int >= 1, got {value!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"network.activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}"
+            )
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        """Names of the Dense layers in order: layer_0..layer_{L-1}, output."""
+        return tuple(f"layer_{i}" for i in range(self.num_layers)) + ("output",)
+
+    def layer_sizes(self) -> tuple[tuple[str, int, int], ...]:
+        """(name, in_features, out_features) of every Dense layer in order."""
+        ins = (self.input_size,) + (self.hidden_size,) * self.num_layers
+        outs = (self.hidden_size,) * self.num_layers + (self.num_actions,)
+        return tuple(zip(self.layer_names, ins, outs, strict=True))
+
+
+class _MLP(nn.Module):
+    """Hidden Dense layers layer_0..layer_{L-1} with an activation, then `output`."""
+
+    spec: NetworkSpec
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = ACTIVATIONS[self.spec.activation]
+        for i in range(self.spec.num_layers):
+            x = act(nn.Dense(self.spec.hidden_size, name=f"layer_{i}")(x))
+        return nn.Dense(self.spec.num_actions, name="output")(x)
+
+
+def init_params(spec: NetworkSpec, key: jax.Array) -> Params:
+    """Fresh parameters (flax default initialisers).
+
+    Args:
+        spec: the network shape.
+        key: a PRNG key.
+
+    Returns:
+        A dict {layer name: {"kernel": [in, out] float32, "bias": [out] float32}}.
+    """
+    x = jnp.zeros((1, spec.input_size), jnp.float32)
+    return _MLP(spec).init(key, x)["params"]
+
+
+def apply(spec: NetworkSpec, params: Params, x: jax.Array) -> jax.Array:
+    """Raw outputs of the network.
+
+    Args:
+        spec: the network shape.
+        params: parameters from `init_params` or `from_layout`.
+        x: [B, E] encodings (any float dtype; computed in float32).
+
+    Returns:
+        [B, A] float32 raw outputs (advantages or logits, read by the masked heads).
+    """
+    return _MLP(spec).apply({"params": params}, jnp.asarray(x, jnp.float32))
+
+
+def masked_advantages(raw: jax.Array, mask: jax.Array) -> jax.Array:
+    """The advantage head: raw outputs [..., A] with illegal actions set to 0."""
+    return jnp.where(mask, raw, 0.0)
+
+
+def masked_log_policy(raw_logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Log-softmax over the legal actions only, [..., A] float32; illegal entries are 0.
+
+    Safe everywhere: no infinities enter the computation, so a row without legal actions
+    gives all zeros and finite (zero) gradients.
+    """
+    low = jnp.where(mask, raw_logits, -jnp.inf)
+    top = jax.lax.stop_gradient(jnp.max(low, axis=-1, keepdims=True))
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    shifted = jnp.where(mask, raw_logits - top, 0.0)
+    total = jnp.sum(jnp.where(mask, jnp.exp(shifted), 0.0), axis=-1, keepdims=True)
+    log_total = jnp.log(jnp.where(total > 0, total, 1.0))
+    return jnp.where(mask, shifted - log_total, 0.0)
+
+
+def masked_policy(raw_logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """The strategy head: softmax over legal actions, [..., A] float32.
+
+    Illegal actions get exactly 0; a row without legal actions is all zeros (no NaN).
+    """
+    return jnp.where(mask, jnp.exp(masked_log_policy(raw_logits, mask)), 0.0)
+
+
+def layout_shapes(spec: NetworkSpec) -> dict[str, tuple[int, ...]]:
+    """Keys and shapes of the canonical (torch nn.Linear) layout, in layer order."""
+    shapes = {}
+    for name, fan_in, fan_out in spec.layer_sizes():
+        shapes[f"{name}.weight"] = (fan_out, fan_in)
+        shapes[f"{name}.bias"] = (fan_out,)
+    return shapes
+
+
+def to_layout(spec: NetworkSpec, params: Params) -> dict[str, np.ndarray]:
+    """Parameters in the canonical layout: float32 numpy arrays, weights [out, in].
+
+    Args:
+        spec: the network shape.
+        params: flax parameters of that shape.
+
+    Returns:
+        {"layer_{i}.weight": [out, in], "layer_{i}.bias": [out], "output.weight",
+        "output.bias"}, each a fresh float32 array.
+    """
+    layout = {}
+    for name in spec.layer_names:
+        layer = params[name]
+        layout[f"{name}.weight"] = np.array(layer["kernel"], np.float32).T.copy()
+        layout[f"{name}.bias"] = np.array(layer["bias"], np.float32)
+    _check_layout(spec, layout)
+    return layout
+
+
+def from_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> Params:
+    """Flax parameters from the canonical layout (the inverse of `to_layout`).
+
+    Raises:
+        ValueError: naming the key, when a key is missing or unexpected or an array has
+            the wrong shape.
+    """
+    _check_layout(spec, layout)
+    params = {}
+    for name in spec.layer_names:
+        weight = np.asarray(layout[f"{name}.weight"], np.float32)
+        params[name] = {
+            "kernel": jnp.asarray(weight.T),
+            "bias": jnp.asarray(np.asarray(layout[f"{name}.bias"], np.float32)),
+        }
+    return params
+
+
+def _check_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> None:
+    """Raises a ValueError naming the first missing, unexpected or misshapen key."""
+    expected = layout_shapes(spec)
+    for key, shape in expected.items():
+        if key not in layout:
+            raise ValueError(f"parameter layout is missing key {key!r} (shape {shape})")
+        actual = tuple(np.shape(layout[key]))
+        if actual != shape:
+            raise ValueError(f"parameter layout key {key!r} has shape {actual}, expected {shape}")
+    unexpected = sorted(set(layout) - set(expected))
+    if unexpected:
+        raise ValueError(f"parameter layout has unexpected key(s) {unexpected}")

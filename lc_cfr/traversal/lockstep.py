@@ -1,0 +1,667 @@
+"""Option C: the lockstep Deep CFR traversal of the `jax` backend.
+
+`options.lanes` traversals are in flight at once, each with an explicit stack. Every
+step, every lane at a decision is encoded, all of them are evaluated in one batched
+forward, regret-matched and advanced; a lane whose traversal ends takes the next one of
+the iteration's quota. The whole iteration is one jitted `lax.while_loop`.
+
+Semantics are SPEC section 3 (Deep CFR, Brown et al. 2019, arXiv:1811.00164; outcome
+sampling after Lanctot et al. 2009). `reference.py` states the same traversal as plain
+recursion, one traversal at a time, and the tests hold the two to the same samples.
+
+Lane modes: IDLE (waiting for a traversal), DECIDE (at a decision that needs a policy),
+RETURN (external sampling: handing a value up to the top stack frame) and ROLLOUT
+(playing out a cut-off position). In outcome sampling all busy lanes start their
+traversals on steps divisible by 4 and advance one decision per step, so all lanes at a
+decision share the player to move and one network serves the whole batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from lc_cfr.game import engine, rng
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+from lc_cfr.traversal import policy as pol
+
+IDLE, DECIDE, RETURN, ROLLOUT = 0, 1, 2, 3
+
+SAMPLING_MODES = ("outcome", "external")
+OPPONENT_POLICIES = ("network", "average_strategy", "league")
+CUTOFF_VALUE_MODES = ("score_diff", "rollouts")
+ROLLOUT_POLICIES = ("random",)
+STRATEGY_SAMPLE_NODES = ("opponent", "traverser", "both")
+
+
+class TraversalOptions(NamedTuple):
+    """Static settings of a traversal (hashable: jitted code is specialised on them)."""
+
+    num_traversals: int  # traversals per call (the per-player quota)
+    lanes: int  # traversals in flight at once
+    sampling_mode: str
+    epsilon: float  # outcome: exploration mix of the traverser
+    value_clip: float  # outcome: clip of importance-weighted values; 0 = off
+    unsampled_regret: str  # outcome: negative_node_value | zero
+    max_depth: int  # external: traverser decisions expanded in full
+    cutoff_turns: int  # cut a path off at this turn; 0 = never
+    cutoff_value_mode: str
+    cutoff_rollouts: int
+    rollout_policy: str
+    opponent_policy: str
+    strategy_samples: str
+    fallback: str  # regret matching with no positive advantage
+    utility_scale: float
+
+
+def validate_options(options: TraversalOptions, rules: Rules) -> None:
+    """Raises ValueError naming the config field of any unsupported setting."""
+    checks = [
+        ("sampling_mode", options.sampling_mode, SAMPLING_MODES),
+        ("opponent_policy", options.opponent_policy, OPPONENT_POLICIES),
+        ("cutoff_value_mode", options.cutoff_value_mode, CUTOFF_VALUE_MODES),
+        ("cutoff_rollout_policy", options.rollout_policy, ROLLOUT_POLICIES),
+        ("strategy_samples", options.strategy_samples, STRATEGY_SAMPLE_NODES),
+        ("outcome_unsampled_regret", options.unsampled_regret, pol.UNSAMPLED_REGRET_MODES),
+    ]
+    for field, value, valid in checks:
+        if value not in valid:
+            raise ValueError(f"traversal.{field} must be one of {valid}, got {value!r}")
+    if options.fallback not in pol.FALLBACKS:
+        raise ValueError(
+            "regret_matching.all_negative_fallback must be one of "
+            f"{pol.FALLBACKS}, got {options.fallback!r}"
+        )
+    if options.num_traversals < 1:
+        raise ValueError(
+            f"traversal.traversals_per_player must be >= 1, got {options.num_traversals}"
+        )
+    if options.lanes < 1:
+        raise ValueError(f"traversal.lanes must be >= 1, got {options.lanes}")
+    if not 0.0 <= options.epsilon <= 1.0:
+        raise ValueError(
+            f"traversal.outcome_sampling_epsilon must be in [0, 1], got {options.epsilon}"
+        )
+    if options.sampling_mode == "outcome" and options.epsilon <= 0.0:
+        raise ValueError("traversal.outcome_sampling_epsilon must be > 0 for outcome sampling")
+    if options.sampling_mode == "external" and not 1 <= options.max_depth <= 4:
+        raise ValueError(f"traversal.max_depth must be in 1..4, got {options.max_depth}")
+    if options.cutoff_turns < 0 or options.cutoff_turns >= rules.max_turns:
+        raise ValueError(
+            f"traversal.cutoff_turns must be in [0, rules.max_turns={rules.max_turns}), "
+            f"got {options.cutoff_turns}"
+        )
+    if options.cutoff_value_mode == "rollouts" and options.cutoff_rollouts < 1:
+        raise ValueError("traversal.cutoff_rollouts must be >= 1 in rollouts mode")
+    if options.utility_scale <= 0:
+        raise ValueError(f"utility_scale must be > 0, got {options.utility_scale}")
+
+
+class Networks(NamedTuple):
+    """Parameters a traversal reads (pytrees of the flax MLP of `spec`)."""
+
+    advantage: Any  # (params of player 0, params of player 1)
+    strategy: Any  # the average-strategy network
+    league: Any  # snapshots of the strategy network, every leaf [K, ...]
+    league_count: jax.Array  # [] int32, valid snapshots (1..K); the first K are used
+
+
+class Samples(NamedTuple):
+    """Samples of one call, in fixed slots: slot = traversal * slots_per_traversal + node."""
+
+    advantage_info: jax.Array  # [S, E] float32
+    advantage_mask: jax.Array  # [S, A] bool
+    advantage_target: jax.Array  # [S, A] float32 regret targets
+    advantage_valid: jax.Array  # [S] bool
+    strategy_info: jax.Array  # [S2, E] float32
+    strategy_mask: jax.Array  # [S2, A] bool
+    strategy_policy: jax.Array  # [S2, A] float32
+    strategy_valid: jax.Array  # [S2] bool
+
+
+class TraversalStats(NamedTuple):
+    """Totals of one call (int32 scalars unless noted)."""
+
+    nodes: jax.Array  # decisions taken by traversals (rollout playouts excluded)
+    policy_calls: jax.Array  # states evaluated by a network
+    forward_batches: jax.Array  # batched forwards run
+    terminals: jax.Array  # paths ending at a natural game end
+    truncations: jax.Array  # paths ending at max_turns
+    cutoffs: jax.Array  # paths ending at cutoff_turns
+    endpoint_depth_sum: jax.Array  # decisions from the deal to each path's end
+    rollout_decisions: jax.Array  # decisions inside cut-off playouts
+    steps: jax.Array  # lockstep iterations
+    dropped_samples: jax.Array  # samples beyond a traversal's slots (always 0; checked)
+
+
+def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, int]:
+    """(advantage, strategy) sample slots one traversal may fill."""
+    if options.sampling_mode == "outcome":
+        per_path = rules.max_turns + 1  # decisions of one player on one path
+        return per_path, per_path * (2 if options.strategy_samples == "both" else 1)
+    card, draw = 2 * rules.hand_size, 1 + rules.n_colors
+    expanded, width = 0, 1  # width: subtrees hanging below `depth` expanded nodes
+    for depth in range(options.max_depth):
+        expanded += width
+        width *= card if depth % 2 == 0 else draw
+    # strategy samples above the expanded depth: the expanded (traverser) nodes and at
+    # most two opponent decisions in each gap between traverser turns
+    return expanded, 3 * expanded
+
+
+class _Lanes(NamedTuple):
+    """Loop state. L lanes, D frames, T traversals, S/S2 sample slots."""
+
+    game: engine.State  # fields [L, ...], the lane's current position
+    mode: jax.Array  # [L] int32 IDLE | DECIDE | RETURN | ROLLOUT
+    traversal: jax.Array  # [L] int32 traversal of the quota, -1 if none
+    draws: jax.Array  # [L] int32 random draws taken by the traversal (counter word)
+    advantage_nodes: jax.Array  # [L] int32 advantage slots used by the traversal
+    strategy_nodes: jax.Array  # [L] int32 strategy slots used
+    value: jax.Array  # [L] float32 value being returned (RETURN)
+    snapshot: jax.Array  # [L] int32 league snapshot the opponent plays
+    rollout_base: engine.State  # fields [L, ...], position a playout restarts from
+    rollout_done: jax.Array  # [L] int32 playouts finished
+    rollout_sum: jax.Array  # [L] float32 sum of their utilities
+    frame_game: engine.State  # fields [L, D, ...] expanded traverser nodes (external)
+    frame_policy: jax.Array  # [L, D, A] float32
+    frame_mask: jax.Array  # [L, D, A] bool
+    frame_values: jax.Array  # [L, D, A] float32 child values
+    frame_action: jax.Array  # [L, D] int32 child being explored
+    frame_slot: jax.Array  # [L, D] int32 advantage slot of the node
+    top: jax.Array  # [L] int32 frames in use
+    next_traversal: jax.Array  # [] int32 next traversal of the quota to start
+    step: jax.Array  # [] int32
+    samples: Samples
+    path_action: jax.Array  # [S] int32 outcome: sampled action at each advantage slot
+    path_prob: jax.Array  # [S] float32 outcome: its sampling probability sigma'(a*)
+    utility: jax.Array  # [T] float32 outcome: utility at the end of each traversal
+    stats: TraversalStats
+
+
+def _tree_where(condition, a, b):
+    """Per-lane select between two pytrees with leading lane axis."""
+
+    def pick(x, y):
+        c = condition.reshape(condition.shape + (1,) * (x.ndim - condition.ndim))
+        return jnp.where(c, x, y)
+
+    return jax.tree.map(pick, a, b)
+
+
+def _tree_index(tree, index):
+    """tree[lane, index[lane]] for every leaf [L, D, ...]."""
+    return jax.tree.map(lambda x: jax.vmap(lambda row, i: row[i])(x, index), tree)
+
+
+def _tree_set(tree, index, value, condition):
+    """tree[lane, index[lane]] = value[lane] where condition[lane]."""
+
+    def put(x, v):
+        def one(row, i, item, c):
+            i = jnp.minimum(i, row.shape[0] - 1)
+            return row.at[i].set(jnp.where(c, item, row[i]))
+
+        return jax.vmap(one)(x, index, v, condition)
+
+    return jax.tree.map(put, tree, value)
+
+
+def _write_rows(buffer, slots, rows, condition):
+    """buffer[slots[l]] = rows[l] where condition[l] (others dropped)."""
+    target = jnp.where(condition, slots, buffer.shape[0])
+    return buffer.at[target].set(rows, mode="drop")
+
+
+def utility_factor(scale: float) -> jax.Array:
+    """float32(1 / utility_scale): utilities are points times this factor.
+
+    One multiplication by a rounded constant, rather than a division that a compiler may
+    or may not turn into a multiplication, gives every backend the same bits.
+    """
+    return jnp.float32(1.0 / scale)
+
+
+def _utility(rules: Rules, game: engine.State, traverser, scale: float):
+    """[L] traverser utility of (terminal or cut-off) positions: score difference / scale."""
+    returns = jax.vmap(engine.returns, in_axes=(None, 0))(rules, game)
+    return jnp.where(traverser == 0, returns[:, 0], returns[:, 1]) * utility_factor(scale)
+
+
+def run_traversals(
+    rules: Rules,
+    spec: mlp.NetworkSpec,
+    options: TraversalOptions,
+    networks: Networks,
+    *,
+    seed,
+    iteration,
+    traverser,
+) -> tuple[Samples, TraversalStats]:
+    """Runs the iteration's `options.num_traversals` traversals for `traverser`.
+
+    Traversal j deals game `traverser * num_traversals + j` of (seed, iteration) and takes
+    its random draws from random_bits(seed, iteration, that game, draw, purpose).
+    """
+    validate_options(options, rules)
+    samples, stats = _run(
+        rules,
+        spec,
+        options,
+        networks,
+        rng.as_word(seed),
+        rng.as_word(iteration, "iteration"),
+        jnp.int32(traverser),
+    )
+    if int(stats.dropped_samples):  # slot bounds are proofs; a failure here is a bug
+        raise RuntimeError(f"traversal dropped {int(stats.dropped_samples)} samples")
+    return samples, stats
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _run(rules, spec, options, networks, seed, iteration, traverser):
+    machine = _Machine(rules, spec, options, networks, seed, iteration, traverser)
+    lanes = machine.initial()
+    lanes = jax.lax.while_loop(machine.busy, machine.advance, lanes)
+    return machine.finish(lanes)
+
+
+class _Machine:
+    """The step function of the lockstep loop, closed over one call's arguments."""
+
+    def __init__(self, rules, spec, options, networks, seed, iteration, traverser):
+        self.rules, self.spec, self.o = rules, spec, options
+        self.networks, self.seed, self.iteration = networks, seed, iteration
+        self.traverser = traverser
+        self.outcome = options.sampling_mode == "outcome"
+        self.adv_slots, self.strat_slots = slots_per_traversal(rules, options)
+        pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(traverser == 0, x, y), a, b)  # noqa: E731
+        self.own_params = pick(networks.advantage[0], networks.advantage[1])
+        self.opponent_params = pick(networks.advantage[1], networks.advantage[0])
+
+    # ----- set-up and bookkeeping -------------------------------------------------
+
+    def initial(self) -> _Lanes:
+        r, o = self.rules, self.o
+        L, T, D = o.lanes, o.num_traversals, max(o.max_depth, 1)
+        n, e, a = r.n_cards, r.encoding_size, r.num_actions
+        S, S2 = T * self.adv_slots, T * self.strat_slots
+        blank = jax.vmap(lambda i: engine.init_from_deck(r, jnp.arange(n)))(jnp.arange(L))
+        blank = blank.replace(terminal=jnp.ones((L,), jnp.bool_))
+        frames = jax.tree.map(lambda x: jnp.repeat(x[:, None], D, axis=1), blank)
+        zeros_l = jnp.zeros((L,), jnp.int32)
+        zero = jnp.int32(0)
+        return _Lanes(
+            game=blank,
+            mode=zeros_l,
+            traversal=zeros_l - 1,
+            draws=zeros_l,
+            advantage_nodes=zeros_l,
+            strategy_nodes=zeros_l,
+            value=jnp.zeros((L,), jnp.float32),
+            snapshot=zeros_l,
+            rollout_base=blank,
+            rollout_done=zeros_l,
+            rollout_sum=jnp.zeros((L,), jnp.float32),
+            frame_game=frames,
+            frame_policy=jnp.zeros((L, D, a), jnp.float32),
+            frame_mask=jnp.zeros((L, D, a), jnp.bool_),
+            frame_values=jnp.zeros((L, D, a), jnp.float32),
+            frame_action=jnp.zeros((L, D), jnp.int32),
+            frame_slot=jnp.zeros((L, D), jnp.int32),
+            top=zeros_l,
+            next_traversal=zero,
+            step=zero,
+            samples=Samples(
+                advantage_info=jnp.zeros((S, e), jnp.float32),
+                advantage_mask=jnp.zeros((S, a), jnp.bool_),
+                advantage_target=jnp.zeros((S, a), jnp.float32),
+                advantage_valid=jnp.zeros((S,), jnp.bool_),
+                strategy_info=jnp.zeros((S2, e), jnp.float32),
+                strategy_mask=jnp.zeros((S2, a), jnp.bool_),
+                strategy_policy=jnp.zeros((S2, a), jnp.float32),
+                strategy_valid=jnp.zeros((S2,), jnp.bool_),
+            ),
+            path_action=jnp.zeros((S if self.outcome else 1,), jnp.int32),
+            path_prob=jnp.ones((S if self.outcome else 1,), jnp.float32),
+            utility=jnp.zeros((T,), jnp.float32),
+            stats=TraversalStats(*([zero] * len(TraversalStats._fields))),
+        )
+
+    def busy(self, lanes: _Lanes):
+        return jnp.any(lanes.mode != IDLE) | (lanes.next_traversal < self.o.num_traversals)
+
+    def game_index(self, traversal):
+        return self.traverser * self.o.num_traversals + traversal
+
+    def bits(self, lanes: _Lanes, purpose):
+        return rng.random_bits(
+            self.seed, self.iteration, self.game_index(lanes.traversal), lanes.draws, purpose
+        )
+
+    def refill(self, lanes: _Lanes) -> _Lanes:
+        """Idle lanes take the next traversals of the quota, in lane order."""
+        idle = lanes.mode == IDLE
+        if self.outcome:  # keep every busy lane on the same player to move
+            idle = idle & (lanes.step % 4 == 0)
+        rank = jnp.cumsum(idle) - 1
+        new = lanes.next_traversal + rank
+        start = idle & (new < self.o.num_traversals)
+        games = jax.vmap(engine.init, in_axes=(None, None, 0, None))(
+            self.rules, self.seed, self.game_index(new), self.iteration
+        )
+        count = jnp.maximum(self.networks.league_count, 1)
+        snapshot_bits = rng.random_bits(
+            self.seed, self.iteration, self.game_index(new), 0, rng.Purpose.OPPONENT
+        )
+        return lanes._replace(
+            game=_tree_where(start, games, lanes.game),
+            mode=jnp.where(start, DECIDE, lanes.mode),
+            traversal=jnp.where(start, new, lanes.traversal),
+            draws=jnp.where(start, 0, lanes.draws),
+            advantage_nodes=jnp.where(start, 0, lanes.advantage_nodes),
+            strategy_nodes=jnp.where(start, 0, lanes.strategy_nodes),
+            snapshot=jnp.where(start, rng.below(snapshot_bits, count), lanes.snapshot),
+            top=jnp.where(start, 0, lanes.top),
+            next_traversal=lanes.next_traversal + jnp.sum(start),
+        )
+
+    # ----- policies --------------------------------------------------------------
+
+    def _regret_policy(self, params, obs, mask):
+        raw = mlp.apply(self.spec, params, obs)
+        advantages = mlp.masked_advantages(raw, mask)
+        rm = functools.partial(pol.regret_matching, fallback=self.o.fallback)
+        return jax.vmap(rm)(advantages, mask)
+
+    def _strategy_policy(self, params, obs, mask):
+        return mlp.masked_policy(mlp.apply(self.spec, params, obs), mask)
+
+    def _opponent_policy(self, obs, mask, snapshot):
+        """(policy played, policy stored as a strategy sample, forwards run)."""
+        mode = self.o.opponent_policy
+        current = self._regret_policy(self.opponent_params, obs, mask)
+        if mode == "network":
+            return current, current, 1
+        if mode == "average_strategy":
+            return self._strategy_policy(self.networks.strategy, obs, mask), current, 2
+        league = jax.vmap(lambda p: self._strategy_policy(p, obs, mask))(self.networks.league)
+        played = jax.vmap(lambda probs, k: probs[k], in_axes=(1, 0))(league, snapshot)
+        return played, current, 1 + jax.tree.leaves(self.networks.league)[0].shape[0]
+
+    def policies(self, lanes: _Lanes, obs, mask, is_traverser):
+        """(played policy, strategy-sample policy, forwards run) for every lane [L, A]."""
+        if self.outcome:
+            # all lanes at a decision share the mover: evaluate only what it needs
+            mover = (lanes.step // 2) % 2
+
+            def own(_):
+                played = self._regret_policy(self.own_params, obs, mask)
+                return played, played, jnp.int32(1)
+
+            def other(_):
+                played, sample, calls = self._opponent_policy(obs, mask, lanes.snapshot)
+                return played, sample, jnp.int32(calls)
+
+            return jax.lax.cond(mover == self.traverser, own, other, None)
+        own_policy = self._regret_policy(self.own_params, obs, mask)
+        played, sample, calls = self._opponent_policy(obs, mask, lanes.snapshot)
+        chosen = jnp.where(is_traverser[:, None], own_policy, played)
+        stored = jnp.where(is_traverser[:, None], own_policy, sample)
+        return chosen, stored, jnp.int32(calls + 1)
+
+    # ----- one lockstep step -----------------------------------------------------
+
+    def advance(self, lanes: _Lanes) -> _Lanes:
+        lanes = self.refill(lanes)
+        lanes = self.decide(lanes)
+        if not self.outcome:
+            lanes = self.give_back(lanes)
+        if self.o.cutoff_value_mode == "rollouts":
+            lanes = self.play_out(lanes)
+        stats = lanes.stats._replace(steps=lanes.stats.steps + 1)
+        return lanes._replace(step=lanes.step + 1, stats=stats)
+
+    def decide(self, lanes: _Lanes) -> _Lanes:
+        r, o = self.rules, self.o
+        deciding = lanes.mode == DECIDE
+        game = lanes.game
+        mover = game.current_player
+        is_traverser = mover == self.traverser
+        obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(r, game, mover)
+        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(r, game)
+        played, stored, forwards = self.policies(lanes, obs, mask, is_traverser)
+
+        expand = jnp.zeros_like(deciding)
+        if self.outcome:
+            explored = jax.vmap(pol.explore, in_axes=(0, 0, None))(played, mask, o.epsilon)
+            behaviour = jnp.where(is_traverser[:, None], explored, played)
+        else:
+            expand = deciding & is_traverser & (lanes.top < o.max_depth)
+            behaviour = played
+        sampled = jax.vmap(pol.sample_action)(behaviour, mask, self.bits(lanes, rng.Purpose.SAMPLE))
+        first_legal = jnp.argmax(mask, axis=1).astype(jnp.int32)
+        action = jnp.where(expand, first_legal, sampled)
+        draws = lanes.draws + (deciding & ~expand)
+
+        samples = lanes.samples
+        base = lanes.traversal * self.adv_slots
+        # advantage samples: outcome at every traverser decision, external at expansions
+        write_adv = deciding & (is_traverser if self.outcome else expand)
+        overflow = write_adv & (lanes.advantage_nodes >= self.adv_slots)
+        write_adv = write_adv & ~overflow
+        adv_slot = base + lanes.advantage_nodes
+        samples = samples._replace(
+            advantage_info=_write_rows(samples.advantage_info, adv_slot, obs, write_adv),
+            advantage_mask=_write_rows(samples.advantage_mask, adv_slot, mask, write_adv),
+            advantage_valid=_write_rows(samples.advantage_valid, adv_slot, write_adv, write_adv),
+        )
+        path_action, path_prob = lanes.path_action, lanes.path_prob
+        if self.outcome:
+            chosen_prob = jnp.take_along_axis(behaviour, action[:, None], axis=1)[:, 0]
+            samples = samples._replace(
+                advantage_target=_write_rows(samples.advantage_target, adv_slot, played, write_adv)
+            )  # holds sigma until the path ends; finish() turns it into targets
+            path_action = _write_rows(path_action, adv_slot, action, write_adv)
+            path_prob = _write_rows(path_prob, adv_slot, chosen_prob, write_adv)
+        # strategy samples
+        in_tree = self.outcome | (lanes.top < o.max_depth)
+        where = o.strategy_samples
+        store_here = (
+            (~is_traverser if where == "opponent" else is_traverser)
+            if where != "both"
+            else jnp.ones_like(is_traverser)
+        )
+        write_strat = deciding & store_here & in_tree
+        overflow = overflow | (write_strat & (lanes.strategy_nodes >= self.strat_slots))
+        write_strat = write_strat & (lanes.strategy_nodes < self.strat_slots)
+        strat_slot = lanes.traversal * self.strat_slots + lanes.strategy_nodes
+        samples = samples._replace(
+            strategy_info=_write_rows(samples.strategy_info, strat_slot, obs, write_strat),
+            strategy_mask=_write_rows(samples.strategy_mask, strat_slot, mask, write_strat),
+            strategy_policy=_write_rows(samples.strategy_policy, strat_slot, stored, write_strat),
+            strategy_valid=_write_rows(
+                samples.strategy_valid, strat_slot, write_strat, write_strat
+            ),
+        )
+
+        # external: push a frame for an expanded node
+        frame_game, frame_policy = lanes.frame_game, lanes.frame_policy
+        frame_mask, frame_values = lanes.frame_mask, lanes.frame_values
+        frame_action, frame_slot, top = lanes.frame_action, lanes.frame_slot, lanes.top
+        if not self.outcome:
+            frame_game = _tree_set(frame_game, top, game, expand)
+            frame_policy = _tree_set(frame_policy, top, played, expand)
+            frame_mask = _tree_set(frame_mask, top, mask, expand)
+            frame_values = _tree_set(frame_values, top, jnp.zeros_like(played), expand)
+            frame_action = _tree_set(frame_action, top, action, expand)
+            frame_slot = _tree_set(frame_slot, top, adv_slot, expand)
+            top = top + expand
+
+        next_game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, game, action)
+        game = _tree_where(deciding, next_game, game)
+        stats = lanes.stats
+        stats = stats._replace(
+            nodes=stats.nodes + jnp.sum(deciding),
+            policy_calls=stats.policy_calls + forwards * jnp.sum(deciding),
+            forward_batches=stats.forward_batches + forwards * jnp.any(deciding),
+            dropped_samples=stats.dropped_samples + jnp.sum(overflow),
+        )
+        lanes = lanes._replace(
+            game=game,
+            draws=draws,
+            advantage_nodes=lanes.advantage_nodes + write_adv,
+            strategy_nodes=lanes.strategy_nodes + write_strat,
+            samples=samples,
+            path_action=path_action,
+            path_prob=path_prob,
+            frame_game=frame_game,
+            frame_policy=frame_policy,
+            frame_mask=frame_mask,
+            frame_values=frame_values,
+            frame_action=frame_action,
+            frame_slot=frame_slot,
+            top=top,
+            stats=stats,
+        )
+        return self.arrive(lanes, deciding)
+
+    def arrive(self, lanes: _Lanes, moved) -> _Lanes:
+        """Handles lanes whose move reached a terminal or cut-off position."""
+        game = lanes.game
+        cut = jnp.zeros_like(moved)
+        if self.o.cutoff_turns > 0:
+            cut = ~game.terminal & (game.turn >= self.o.cutoff_turns)
+        ended = moved & (game.terminal | cut)
+        stats = lanes.stats._replace(
+            terminals=lanes.stats.terminals + jnp.sum(ended & game.terminal & ~game.truncated),
+            truncations=lanes.stats.truncations + jnp.sum(ended & game.truncated),
+            cutoffs=lanes.stats.cutoffs + jnp.sum(ended & cut),
+            endpoint_depth_sum=lanes.stats.endpoint_depth_sum
+            + jnp.sum(jnp.where(ended, 2 * game.turn + game.phase, 0)),
+        )
+        lanes = lanes._replace(stats=stats)
+        value = _utility(self.rules, game, self.traverser, self.o.utility_scale)
+        if self.o.cutoff_value_mode == "rollouts":
+            to_roll = ended & cut
+            lanes = lanes._replace(
+                mode=jnp.where(to_roll, ROLLOUT, lanes.mode),
+                rollout_base=_tree_where(to_roll, game, lanes.rollout_base),
+                rollout_done=jnp.where(to_roll, 0, lanes.rollout_done),
+                rollout_sum=jnp.where(to_roll, 0.0, lanes.rollout_sum),
+            )
+            ended = ended & ~cut
+        return self.path_value(lanes, ended, value)
+
+    def path_value(self, lanes: _Lanes, ended, value) -> _Lanes:
+        """A path ended with `value`: finish the traversal or hand the value up."""
+        if self.outcome:
+            utility = _write_rows(lanes.utility, lanes.traversal, value, ended)
+            return lanes._replace(
+                utility=utility,
+                mode=jnp.where(ended, IDLE, lanes.mode),
+                traversal=jnp.where(ended, -1, lanes.traversal),
+            )
+        return lanes._replace(
+            mode=jnp.where(ended, RETURN, lanes.mode),
+            value=jnp.where(ended, value, lanes.value),
+        )
+
+    def give_back(self, lanes: _Lanes) -> _Lanes:
+        """External sampling: one RETURN move per lane (record, next child, or pop)."""
+        r = self.rules
+        returning = lanes.mode == RETURN
+        done = returning & (lanes.top == 0)
+        has_frame = returning & (lanes.top > 0)
+        index = jnp.maximum(lanes.top - 1, 0)
+        policy = _tree_index(lanes.frame_policy, index)
+        mask = _tree_index(lanes.frame_mask, index)
+        values = _tree_index(lanes.frame_values, index)
+        action = _tree_index(lanes.frame_action, index)
+        values = jnp.where(
+            jnp.arange(r.num_actions) == action[:, None], lanes.value[:, None], values
+        )
+        later = mask & (jnp.arange(r.num_actions) > action[:, None])
+        has_next = jnp.any(later, axis=1)
+        next_action = jnp.argmax(later, axis=1).astype(jnp.int32)
+        node_value, regrets = jax.vmap(pol.node_regrets)(policy, values, mask)
+        pop = has_frame & ~has_next
+        go_on = has_frame & has_next
+        slot = _tree_index(lanes.frame_slot, index)
+        samples = lanes.samples._replace(
+            advantage_target=_write_rows(lanes.samples.advantage_target, slot, regrets, pop)
+        )
+        node_game = _tree_index(lanes.frame_game, index)
+        child = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, node_game, next_action)
+        lanes = lanes._replace(
+            samples=samples,
+            frame_values=_tree_set(lanes.frame_values, index, values, has_frame),
+            frame_action=_tree_set(lanes.frame_action, index, next_action, go_on),
+            top=lanes.top - pop,
+            value=jnp.where(pop, node_value, lanes.value),
+            game=_tree_where(go_on, child, lanes.game),
+            mode=jnp.where(go_on, DECIDE, jnp.where(done, IDLE, lanes.mode)),
+            traversal=jnp.where(done, -1, lanes.traversal),
+        )
+        return self.arrive(lanes, go_on)
+
+    def play_out(self, lanes: _Lanes) -> _Lanes:
+        """One decision of every lane's cut-off playout (uniformly random legal play)."""
+        r = self.rules
+        rolling = lanes.mode == ROLLOUT
+        bits = self.bits(lanes, rng.Purpose.ROLLOUT)
+        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(r, lanes.game)
+        count = jnp.maximum(jnp.sum(mask, axis=1), 1)
+        choice = rng.below(bits, count)
+        action = jnp.argmax(jnp.cumsum(mask, axis=1) > choice[:, None], axis=1).astype(jnp.int32)
+        game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, lanes.game, action)
+        game = _tree_where(rolling, game, lanes.game)
+        finished = rolling & game.terminal
+        total = lanes.rollout_sum + jnp.where(
+            finished, _utility(r, game, self.traverser, self.o.utility_scale), 0.0
+        )
+        done = lanes.rollout_done + finished
+        complete = finished & (done >= self.o.cutoff_rollouts)
+        restart = finished & ~complete
+        stats = lanes.stats._replace(
+            rollout_decisions=lanes.stats.rollout_decisions + jnp.sum(rolling)
+        )
+        lanes = lanes._replace(
+            game=_tree_where(restart, lanes.rollout_base, game),
+            draws=lanes.draws + rolling,
+            rollout_sum=total,
+            rollout_done=done,
+            mode=jnp.where(complete, DECIDE, lanes.mode),  # path_value sets the next mode
+            stats=stats,
+        )
+        value = total * jnp.float32(1.0 / self.o.cutoff_rollouts)
+        return self.path_value(lanes, complete, value)
+
+    # ----- after the loop --------------------------------------------------------
+
+    def finish(self, lanes: _Lanes) -> tuple[Samples, TraversalStats]:
+        samples = lanes.samples
+        if self.outcome:
+            T, D = self.o.num_traversals, self.adv_slots
+            policy = samples.advantage_target.reshape(T, D, -1)
+            mask = samples.advantage_mask.reshape(T, D, -1)
+            action = lanes.path_action.reshape(T, D)
+            prob = lanes.path_prob.reshape(T, D)
+            count = jnp.sum(samples.advantage_valid.reshape(T, D), axis=1)
+            chosen = jnp.take_along_axis(policy, action[..., None], axis=2)[..., 0]
+            ratios = jnp.where(samples.advantage_valid.reshape(T, D), chosen / prob, 1.0)
+            after = jax.vmap(pol.weights_after)(ratios, count)
+            targets = functools.partial(
+                pol.outcome_targets,
+                value_clip=self.o.value_clip,
+                unsampled_regret=self.o.unsampled_regret,
+            )
+            utility = jnp.broadcast_to(lanes.utility[:, None], (T, D))
+            target = jax.vmap(jax.vmap(targets))(policy, mask, action, prob, after, utility)
+            target = jnp.where(samples.advantage_valid.reshape(T, D)[..., None], target, 0.0)
+            samples = samples._replace(advantage_target=target.reshape(T * D, -1))
+        return samples, lanes.stats

@@ -1,0 +1,174 @@
+"""Per-node policy arithmetic shared by every traversal (SPEC section 3).
+
+Regret matching, exploration, sampling and the outcome-sampling regret targets of Deep
+CFR (Brown et al. 2019, arXiv:1811.00164) with the outcome-sampling estimator of MCCFR
+(Lanctot et al. 2009, "Monte Carlo Sampling for Regret Minimization in Extensive
+Games"). Functions act on one node (`[A]` arrays); `vmap` them outside.
+
+Sums over actions are written as explicit left-to-right chains (`sequential_sum`,
+`sequential_cumsum`) rather than `jnp.sum`/`jnp.cumsum`: XLA may reassociate a reduction,
+and a C twin adding in plain order must reproduce the same float32 bits.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from lc_cfr.game import rng
+
+FALLBACKS = ("argmax_tiebreak", "uniform")
+UNSAMPLED_REGRET_MODES = ("negative_node_value", "zero")
+
+
+def sequential_sum(x: jax.Array) -> jax.Array:
+    """x[0] + x[1] + ... in that order, over the last axis."""
+    total = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        total = total + x[..., i]
+    return total
+
+
+def sequential_cumsum(x: jax.Array) -> jax.Array:
+    """Prefix sums in left-to-right order over the last axis."""
+    sums = [x[..., 0]]
+    for i in range(1, x.shape[-1]):
+        sums.append(sums[-1] + x[..., i])
+    return jnp.stack(sums, axis=-1)
+
+
+def regret_matching(advantages: jax.Array, mask: jax.Array, *, fallback: str) -> jax.Array:
+    """The regret-matching policy of one node.
+
+    Args:
+      advantages: [A] float32 predicted advantages.
+      mask: [A] bool legal actions (at least one).
+      fallback: when no legal advantage is positive, `argmax_tiebreak` puts all mass on
+        the legal action of highest advantage (lowest index among ties), `uniform`
+        spreads it evenly over the legal actions.
+
+    Returns:
+      [A] float32 policy, zero on illegal actions.
+    """
+    if fallback not in FALLBACKS:
+        raise ValueError(
+            f"regret_matching.all_negative_fallback must be one of {FALLBACKS}, got {fallback!r}"
+        )
+    positive = jnp.where(mask, jnp.maximum(advantages, 0.0), 0.0)
+    total = sequential_sum(positive)
+    if fallback == "uniform":
+        backup = mask / jnp.maximum(sequential_sum(mask.astype(jnp.float32)), 1.0)
+    else:
+        best = jnp.argmax(jnp.where(mask, advantages, -jnp.inf))
+        backup = (jnp.arange(mask.shape[-1]) == best).astype(jnp.float32)
+    matched = positive / jnp.where(total > 0, total, 1.0)
+    return jnp.where(total > 0, matched, backup).astype(jnp.float32)
+
+
+def explore(policy: jax.Array, mask: jax.Array, epsilon: float) -> jax.Array:
+    """Mixes `epsilon` of the uniform legal policy into `policy` (outcome sampling)."""
+    uniform = mask / jnp.maximum(sequential_sum(mask.astype(jnp.float32)), 1.0)
+    return (epsilon * uniform + (1.0 - epsilon) * policy).astype(jnp.float32)
+
+
+def sample_action(probs: jax.Array, mask: jax.Array, bits: jax.Array) -> jax.Array:
+    """Inverse-CDF sample from `probs` with the shared generator's `uniform(bits)`.
+
+    The first legal action whose prefix sum exceeds u; if rounding leaves u above the
+    last prefix sum, the last legal action.
+    """
+    u = rng.uniform(bits)
+    above = mask & (sequential_cumsum(jnp.where(mask, probs, 0.0)) > u)
+    last_legal = mask.shape[-1] - 1 - jnp.argmax(mask[::-1])
+    return jnp.where(jnp.any(above), jnp.argmax(above), last_legal).astype(jnp.int32)
+
+
+def outcome_targets(
+    policy: jax.Array,
+    mask: jax.Array,
+    action: jax.Array,
+    sample_prob: jax.Array,
+    weight_after: jax.Array,
+    utility: jax.Array,
+    *,
+    value_clip: float,
+    unsampled_regret: str,
+) -> jax.Array:
+    """Outcome-sampling regret targets at one traverser node.
+
+    With a* the sampled action, q = sigma'(a*) its sampling probability and W the product
+    of sigma/sigma' over the traverser's later decisions on the path, the importance-
+    weighted value of a* is v~ = W * u / q (clipped to +-value_clip when value_clip > 0).
+    The sampled node value is sigma(a*) v~. Targets r(a) = v~(a) - sigma(a*) v~ with
+    v~(a) = 0 for unsampled actions:
+
+    * `negative_node_value`: r(a*) = (1 - sigma(a*)) v~ and r(a) = -sigma(a*) v~ for the
+      other legal actions. Unbiased: E[r(a)] = v(a) - sum_b sigma(b) v(b), the true
+      (sampled-counterfactual) regret.
+    * `zero`: r(a*) = (1 - sigma(a*)) v~ and 0 elsewhere. Biased: a is sampled with
+      probability sigma'(a), so E[r(a)] = sigma'(a) * v(a)(1 - sigma(a)) / sigma'(a)
+      = v(a)(1 - pi(a)): it drops the -sum_b sigma(b) v(b) baseline of every unsampled
+      action, which favours actions by their raw value rather than their advantage.
+
+    Args:
+      policy: [A] the traverser's regret-matching policy sigma at the node.
+      mask: [A] legal actions.
+      action: [] sampled action a*.
+      sample_prob: [] sigma'(a*).
+      weight_after: [] W.
+      utility: [] terminal (or cut-off) utility of the traverser.
+      value_clip: clip of |v~|; 0 disables.
+      unsampled_regret: `negative_node_value` or `zero`.
+
+    Returns:
+      [A] float32 regret targets, zero on illegal actions.
+    """
+    if unsampled_regret not in UNSAMPLED_REGRET_MODES:
+        raise ValueError(
+            "traversal.outcome_unsampled_regret must be one of "
+            f"{UNSAMPLED_REGRET_MODES}, got {unsampled_regret!r}"
+        )
+    value = weight_after * utility / sample_prob
+    if value_clip > 0:
+        value = jnp.clip(value, -value_clip, value_clip)
+    sampled = jnp.arange(policy.shape[-1]) == action
+    chosen_prob = policy[action]
+    if unsampled_regret == "negative_node_value":
+        targets = jnp.where(sampled, (1.0 - chosen_prob) * value, -chosen_prob * value)
+    else:
+        targets = jnp.where(sampled, (1.0 - chosen_prob) * value, 0.0)
+    return jnp.where(mask, targets, 0.0).astype(jnp.float32)
+
+
+def node_regrets(policy: jax.Array, values: jax.Array, mask: jax.Array):
+    """External sampling at one expanded node: (v = sum sigma(a) v(a), r(a) = v(a) - v).
+
+    Args:
+      policy: [A] sigma at the node; values: [A] child values v(a); mask: [A] legal.
+
+    Returns:
+      ([] node value, [A] regrets, zero on illegal actions).
+    """
+    # The barrier keeps XLA from fusing the products into the sum (as fused multiply-adds
+    # in some contexts and not others), so every caller gets the same bits.
+    node_value = sequential_sum(jax.lax.optimization_barrier(policy * values))
+    return node_value, jnp.where(mask, values - node_value, 0.0).astype(jnp.float32)
+
+
+def weights_after(ratios: jax.Array, count: jax.Array) -> jax.Array:
+    """W_k = prod_{k < j < count} ratios[j] for every node k of one path.
+
+    Args:
+      ratios: [D] sigma(a*)/sigma'(a*) at the traverser's nodes, in path order.
+      count: [] number of valid nodes (entries at or past it are ignored).
+
+    Returns:
+      [D] float32, multiplied right to left so every backend can reproduce the bits.
+    """
+    depth = ratios.shape[-1]
+    valid = jnp.arange(depth) < count
+    ratios = jnp.where(valid, ratios, 1.0)
+    weights = [jnp.float32(1.0)]
+    for j in range(depth - 1, 0, -1):
+        weights.append(weights[-1] * ratios[j])
+    return jnp.stack(weights[::-1]).astype(jnp.float32)

@@ -1,0 +1,255 @@
+"""The Deep CFR traversal as plain recursion, one traversal at a time (the reference).
+
+This states SPEC section 3 the way the paper writes it, with no lanes, stacks or
+batches: every node is encoded and evaluated alone (batch 1). It is slow on purpose and
+exists so that the tests can hold the lockstep backend (`lockstep.py`), and later the
+Cython backends, to exactly the same samples, draw for draw: the random draws come from
+the same counters, the per-node arithmetic from the same functions of `policy.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lc_cfr.game import engine, rng
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+from lc_cfr.traversal import policy as pol
+from lc_cfr.traversal.lockstep import (
+    Networks,
+    TraversalOptions,
+    utility_factor,
+    validate_options,
+)
+
+
+@dataclasses.dataclass
+class Record:
+    """One sample: its identity (traversal, node) and contents."""
+
+    traversal: int
+    node: int
+    info: np.ndarray  # [E] float32
+    mask: np.ndarray  # [A] bool
+    target: np.ndarray  # [A] float32: regret targets or a policy
+
+
+@dataclasses.dataclass
+class Result:
+    advantage: list
+    strategy: list
+    stats: dict
+
+
+def _select(params_pair, index):
+    return params_pair[0] if index == 0 else params_pair[1]
+
+
+class ReferenceTraversal:
+    """Runs traversals one by one with per-node calls; see `run`."""
+
+    def __init__(self, rules: Rules, spec: mlp.NetworkSpec, options: TraversalOptions):
+        validate_options(options, rules)
+        self.rules, self.spec, self.o = rules, spec, options
+        r = rules
+        self._observe = jax.jit(functools.partial(engine.observe, r))
+        self._mask = jax.jit(functools.partial(engine.legal_action_mask, r))
+        self._step = jax.jit(functools.partial(engine.step, r))
+        self._init = jax.jit(functools.partial(engine.init, r))
+        fallback = options.fallback
+
+        @jax.jit
+        def regret_policy(params, obs, mask):
+            raw = mlp.apply(spec, params, obs[None])
+            advantages = mlp.masked_advantages(raw, mask[None])[0]
+            return pol.regret_matching(advantages, mask, fallback=fallback)
+
+        @jax.jit
+        def strategy_policy(params, obs, mask):
+            return mlp.masked_policy(mlp.apply(spec, params, obs[None]), mask[None])[0]
+
+        self._regret_policy = regret_policy
+        self._strategy_policy = strategy_policy
+        self._explore = jax.jit(pol.explore, static_argnums=2)
+        self._sample = jax.jit(pol.sample_action)
+        self._bits = jax.jit(rng.random_bits)
+        self._weights_after = jax.jit(pol.weights_after)
+        self._node_regrets = jax.jit(pol.node_regrets)
+        self._targets = jax.jit(
+            functools.partial(
+                pol.outcome_targets,
+                value_clip=options.value_clip,
+                unsampled_regret=options.unsampled_regret,
+            )
+        )
+
+    def run(self, networks: Networks, *, seed: int, iteration: int, traverser: int) -> Result:
+        """All `num_traversals` traversals of one call, in order."""
+        self.networks, self.seed, self.iteration = networks, seed, iteration
+        self.traverser = traverser
+        self.stats = dict.fromkeys(
+            ["nodes", "terminals", "truncations", "cutoffs", "endpoint_depth_sum", "rollouts"], 0
+        )
+        self.advantage, self.strategy = [], []
+        for j in range(self.o.num_traversals):
+            self._traversal(j)
+        return Result(self.advantage, self.strategy, self.stats)
+
+    # ----- shared pieces --------------------------------------------------------
+
+    def _draw(self, purpose):
+        bits = self._bits(self.seed, self.iteration, self.game, self.draws, int(purpose))
+        self.draws += 1
+        return bits
+
+    def _policies(self, state, obs, mask):
+        """(played, stored as a strategy sample) for the player to move."""
+        mover = int(state.current_player)
+        current = self._regret_policy(_select(self.networks.advantage, mover), obs, mask)
+        if mover == self.traverser or self.o.opponent_policy == "network":
+            return current, current
+        if self.o.opponent_policy == "average_strategy":
+            return self._strategy_policy(self.networks.strategy, obs, mask), current
+        league = jax.tree.map(lambda x: x[self.snapshot], self.networks.league)
+        return self._strategy_policy(league, obs, mask), current
+
+    def _store_strategy(self, is_traverser: bool) -> bool:
+        where = self.o.strategy_samples
+        return where == "both" or (where == "traverser") == is_traverser
+
+    def _ended(self, state):
+        """(ended, cut) for a position reached by a move."""
+        cut = (
+            self.o.cutoff_turns > 0
+            and not bool(state.terminal)
+            and int(state.turn) >= self.o.cutoff_turns
+        )
+        ended = bool(state.terminal) or cut
+        if ended:
+            self.stats["terminals"] += int(bool(state.terminal) and not bool(state.truncated))
+            self.stats["truncations"] += int(bool(state.truncated))
+            self.stats["cutoffs"] += int(cut)
+            self.stats["endpoint_depth_sum"] += 2 * int(state.turn) + int(state.phase)
+        return ended, cut
+
+    def _utility(self, state) -> jax.Array:
+        returns = engine.returns(self.rules, state)
+        return returns[self.traverser] * utility_factor(self.o.utility_scale)
+
+    def _value_at_end(self, state, cut):
+        if not (cut and self.o.cutoff_value_mode == "rollouts"):
+            return self._utility(state)
+        total = jnp.float32(0.0)
+        for _ in range(self.o.cutoff_rollouts):
+            game = state
+            while not bool(game.terminal):
+                mask = np.asarray(self._mask(game))
+                bits = self._draw(rng.Purpose.ROLLOUT)
+                choice = int(rng.below(bits, max(int(mask.sum()), 1)))
+                game = self._step(game, int(np.flatnonzero(mask)[choice]))
+                self.stats["rollouts"] += 1
+            total = total + self._utility(game)
+        return total * jnp.float32(1.0 / self.o.cutoff_rollouts)
+
+    def _traversal(self, j: int) -> None:
+        self.game = self.traverser * self.o.num_traversals + j
+        self.traversal, self.draws = j, 0
+        self.adv_nodes, self.strat_nodes = 0, 0
+        count = max(int(self.networks.league_count), 1)
+        self.snapshot = int(
+            rng.below(
+                rng.random_bits(self.seed, self.iteration, self.game, 0, rng.Purpose.OPPONENT),
+                count,
+            )
+        )
+        state = self._init(rng.as_word(self.seed), self.game, rng.as_word(self.iteration))
+        if self.o.sampling_mode == "outcome":
+            self._outcome(state)
+        else:
+            self._external(state, 0)
+
+    def _record_strategy(self, obs, mask, stored):
+        self.strategy.append(
+            Record(
+                self.traversal,
+                self.strat_nodes,
+                np.asarray(obs),
+                np.asarray(mask),
+                np.asarray(stored),
+            )
+        )
+        self.strat_nodes += 1
+
+    # ----- outcome sampling: one path, targets when it ends -----------------------
+
+    def _outcome(self, state) -> None:
+        path = []  # (obs, mask, sigma, action, q) at the traverser's decisions
+        while True:
+            mover = int(state.current_player)
+            obs, mask = self._observe(state, mover), self._mask(state)
+            played, stored = self._policies(state, obs, mask)
+            is_traverser = mover == self.traverser
+            behaviour = self._explore(played, mask, self.o.epsilon) if is_traverser else played
+            action = self._sample(behaviour, mask, self._draw(rng.Purpose.SAMPLE))
+            if is_traverser:
+                path.append((obs, mask, played, action, behaviour[action]))
+            if self._store_strategy(is_traverser):
+                self._record_strategy(obs, mask, stored)
+            self.stats["nodes"] += 1
+            state = self._step(state, action)
+            ended, cut = self._ended(state)
+            if ended:
+                utility = self._value_at_end(state, cut)
+                break
+        slots = self.rules.max_turns + 1
+        ratios = np.ones((slots,), np.float32)
+        for k, (_, _, sigma, action, q) in enumerate(path):
+            ratios[k] = np.asarray(sigma[action] / q)
+        after = self._weights_after(jnp.asarray(ratios), len(path))
+        for k, (obs, mask, sigma, action, q) in enumerate(path):
+            target = self._targets(sigma, mask, action, q, after[k], utility)
+            self.advantage.append(
+                Record(self.traversal, k, np.asarray(obs), np.asarray(mask), np.asarray(target))
+            )
+        self.adv_nodes = len(path)
+
+    # ----- external sampling: recursion down to max_depth -------------------------
+
+    def _external(self, state, expanded: int):
+        """Value of `state` for the traverser; `expanded` traverser nodes above it."""
+        while True:
+            mover = int(state.current_player)
+            obs, mask = self._observe(state, mover), self._mask(state)
+            played, stored = self._policies(state, obs, mask)
+            is_traverser = mover == self.traverser
+            in_tree = expanded < self.o.max_depth
+            if in_tree and self._store_strategy(is_traverser):
+                self._record_strategy(obs, mask, stored)
+            self.stats["nodes"] += 1
+            if is_traverser and in_tree:
+                return self._expand(state, obs, mask, played, expanded)
+            action = self._sample(played, mask, self._draw(rng.Purpose.SAMPLE))
+            state = self._step(state, action)
+            ended, cut = self._ended(state)
+            if ended:
+                return self._value_at_end(state, cut)
+
+    def _expand(self, state, obs, mask, sigma, expanded: int):
+        node = self.adv_nodes
+        self.adv_nodes += 1
+        record = Record(self.traversal, node, np.asarray(obs), np.asarray(mask), None)
+        self.advantage.append(record)
+        values = jnp.zeros((self.rules.num_actions,), jnp.float32)
+        for action in np.flatnonzero(np.asarray(mask)):
+            child = self._step(state, int(action))
+            ended, cut = self._ended(child)
+            value = self._value_at_end(child, cut) if ended else self._external(child, expanded + 1)
+            values = values.at[action].set(value)
+        node_value, regrets = self._node_regrets(sigma, values, mask)
+        record.target = np.asarray(regrets)
+        return node_value

@@ -1,0 +1,210 @@
+"""Learners: the losses and their weighting, training progress, and a single compile."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from lc_cfr.learn import learner as lr
+from lc_cfr.memory import reservoir as rv
+from lc_cfr.nets import mlp
+
+E, A, N = 8, 4, 256
+SPEC = mlp.NetworkSpec(input_size=E, num_actions=A, hidden_size=32, num_layers=2)
+LN2 = float(np.log(2.0))
+
+
+def _dataset(kind, seed=0):
+    """A fixed synthetic memory of N rows from iterations 1..4: smooth targets."""
+    rng = np.random.default_rng(seed)
+    info = rng.integers(0, 5, size=(N, E)).astype(np.float32) / 4
+    mask = rng.random((N, A)) < 0.7
+    mask[np.arange(N), rng.integers(0, A, N)] = True  # at least one legal action
+    projection = rng.normal(size=(E, A)).astype(np.float32)
+    if kind == "advantage":
+        target = np.tanh(info @ projection) * mask
+    else:
+        target = np.asarray(mlp.masked_policy(jnp.asarray(2 * info @ projection), mask))
+    memory = rv.reservoir_init(capacity=N, encoding_size=E, num_actions=A)
+    quarter = N // 4
+    for t in range(4):
+        rows = slice(t * quarter, (t + 1) * quarter)
+        valid = np.ones(quarter, bool)
+        memory = rv.reservoir_add(
+            memory, jax.random.key(t), info[rows], mask[rows], target[rows], t + 1, valid
+        )
+    return memory
+
+
+def _learner(kind, *, num_updates, weighting="lcfr"):
+    optimizer = lr.make_optimizer(learning_rate=3e-3, weight_decay=1e-4, grad_clip=1.0)
+    return lr.Learner(
+        SPEC,
+        kind=kind,
+        optimizer=optimizer,
+        batch_size=64,
+        num_updates=num_updates,
+        weighting=weighting,
+    )
+
+
+def _full_batch(memory):
+    info = memory.info.astype(jnp.float32)
+    return rv.Batch(info, memory.mask, memory.target, memory.iteration)
+
+
+@pytest.mark.parametrize("kind", ["advantage", "strategy"])
+def test_loss_goes_down(kind):
+    memory = _dataset(kind)
+    learner = _learner(kind, num_updates=300)
+    params, opt_state = learner.init(jax.random.key(0))
+    batch = _full_batch(memory)
+    floor = 0.0  # the smallest possible loss
+    if kind == "strategy":  # cross-entropy >= the weighted entropy of the targets
+        weight = lr.sample_weights(batch.iteration, mode="lcfr")
+        exact_logits = jnp.log(jnp.where(batch.mask, batch.target, 1.0))
+        floor = float(lr.strategy_loss(exact_logits, batch.mask, batch.target, weight))
+    before = float(learner.loss(params, batch)) - floor
+    params, opt_state, metrics = learner.train(params, opt_state, memory, jax.random.key(1))
+    after = float(learner.loss(params, batch)) - floor
+    assert set(metrics) == {"loss_first", "loss_last", "loss_mean"}
+    chex.assert_tree_all_finite(metrics)
+    assert metrics["loss_last"] < metrics["loss_first"]
+    assert after < 0.2 * before, (before, after)
+
+
+def _hand_built_batch():
+    """Two samples, iterations 1 and 3, with losses worked out by hand."""
+    raw = jnp.array([[1.0, 2.0, 9.0], [np.log(3.0), 0.0, 0.0]], jnp.float32)
+    mask = jnp.array([[True, True, False], [True, False, True]])
+    iteration = jnp.array([1, 3], jnp.int32)
+    return raw, mask, iteration
+
+
+def test_advantage_loss_weighting_by_hand():
+    raw, mask, iteration = _hand_built_batch()
+    target = jnp.array([[0.0, 0.0, 5.0], [np.log(3.0) - 1.0, 7.0, 3.0]])
+    # sample 0: errors (1, 2) -> mean 2.5; sample 1: errors (1, -3) -> mean 5.
+    uniform = lr.advantage_loss(raw, mask, target, lr.sample_weights(iteration, mode="uniform"))
+    lcfr = lr.advantage_loss(raw, mask, target, lr.sample_weights(iteration, mode="lcfr"))
+    np.testing.assert_allclose(uniform, (2.5 + 5.0) / 2, rtol=1e-6)
+    np.testing.assert_allclose(lcfr, (1 * 2.5 + 3 * 5.0) / 4, rtol=1e-6)
+
+
+def test_strategy_loss_weighting_by_hand():
+    raw, mask, iteration = _hand_built_batch()
+    raw = raw.at[0].set(jnp.array([0.0, 0.0, 9.0]))
+    target = jnp.array([[1.0, 0.0, 0.0], [0.0, 0.5, 1.0]])  # illegal entries ignored
+    # sample 0: policy (1/2, 1/2) -> ln 2; sample 1: policy (3/4, 1/4) -> -ln(1/4) = 2 ln 2.
+    uniform = lr.strategy_loss(raw, mask, target, lr.sample_weights(iteration, mode="uniform"))
+    lcfr = lr.strategy_loss(raw, mask, target, lr.sample_weights(iteration, mode="lcfr"))
+    np.testing.assert_allclose(uniform, 1.5 * LN2, rtol=1e-6)
+    np.testing.assert_allclose(lcfr, (1 * LN2 + 3 * 2 * LN2) / 4, rtol=1e-6)
+
+
+def test_learner_loss_uses_its_weighting():
+    raw, mask, iteration = _hand_built_batch()
+    target = jnp.array([[0.0, 0.0, 5.0], [np.log(3.0) - 1.0, 7.0, 3.0]])
+    batch = rv.Batch(jnp.zeros((2, E)), mask, target, iteration)
+    spec = mlp.NetworkSpec(input_size=E, num_actions=3, hidden_size=4, num_layers=1)
+    params = mlp.init_params(spec, jax.random.key(0))
+    params["output"] = {"kernel": jnp.zeros((4, 3)), "bias": jnp.zeros(3)}  # raw = 0
+    losses = {}
+    for mode in lr.WEIGHTING_MODES:
+        optimizer = lr.make_optimizer(learning_rate=1e-3, weight_decay=0.0, grad_clip=0.0)
+        learner = lr.Learner(
+            spec,
+            kind="advantage",
+            optimizer=optimizer,
+            batch_size=2,
+            num_updates=1,
+            weighting=mode,
+        )
+        losses[mode] = float(learner.loss(params, batch))
+    # raw = 0: sample 0 errors (0, 0) -> 0; sample 1 errors (ln3 - 1, 3) -> mean m1.
+    m1 = ((np.log(3.0) - 1.0) ** 2 + 9.0) / 2
+    np.testing.assert_allclose(losses["uniform"], m1 / 2, rtol=1e-6)
+    np.testing.assert_allclose(losses["lcfr"], 3 * m1 / 4, rtol=1e-6)
+
+
+def test_strategy_loss_minimiser_is_the_weighted_average_policy():
+    mask = jnp.array([[True, True, False, True]] * 2)
+    target = jnp.array([[0.7, 0.3, 0.0, 0.0], [0.0, 0.2, 0.0, 0.8]])
+    weight = jnp.array([1.0, 3.0])
+    average = (1 * target[0] + 3 * target[1]) / 4
+    logits = jnp.log(jnp.where(mask[0], average, 1.0))
+
+    def loss(z):
+        return lr.strategy_loss(jnp.broadcast_to(z, (2, 4)), mask, target, weight)
+
+    np.testing.assert_allclose(jax.grad(loss)(logits), 0.0, atol=1e-6)
+    assert loss(logits) < loss(logits + jnp.array([0.1, -0.1, 0.0, 0.0]))
+
+
+def test_unknown_weighting_and_kind_name_the_field():
+    optimizer = lr.make_optimizer(learning_rate=1e-3, weight_decay=0.0, grad_clip=1.0)
+    with pytest.raises(ValueError, match="training_weighting.mode"):
+        lr.sample_weights(jnp.ones(2, jnp.int32), mode="linear")
+    with pytest.raises(ValueError, match="training_weighting.mode"):
+        lr.Learner(
+            SPEC,
+            kind="advantage",
+            optimizer=optimizer,
+            batch_size=4,
+            num_updates=2,
+            weighting="linear",
+        )
+    with pytest.raises(ValueError, match="kind"):
+        lr.Learner(
+            SPEC, kind="value", optimizer=optimizer, batch_size=4, num_updates=2, weighting="lcfr"
+        )
+    with pytest.raises(ValueError, match="optimization.strategy_batch_size"):
+        lr.Learner(
+            SPEC,
+            kind="strategy",
+            optimizer=optimizer,
+            batch_size=0,
+            num_updates=2,
+            weighting="lcfr",
+        )
+    with pytest.raises(ValueError, match="optimization.learning_rate"):
+        lr.make_optimizer(learning_rate=0.0, weight_decay=0.0, grad_clip=1.0)
+
+
+def test_grad_clip_limits_the_global_norm():
+    params = {"w": jnp.zeros(3)}
+    grads = {"w": jnp.full(3, 10.0)}
+    steps = {}
+    for clip in (0.0, 1e-10):
+        optimizer = lr.make_optimizer(learning_rate=0.1, weight_decay=0.0, grad_clip=clip)
+        updates, _ = optimizer.update(grads, optimizer.init(params), params)
+        steps[clip] = float(jnp.max(jnp.abs(updates["w"])))
+    np.testing.assert_allclose(steps[0.0], 0.1, rtol=1e-3)  # Adam's first step: lr * sign
+    assert steps[1e-10] < 0.01  # clipped to ~1e-10, the update drowns in Adam's epsilon
+    assert isinstance(
+        lr.make_optimizer(learning_rate=0.1, weight_decay=0.0, grad_clip=0.0),
+        optax.GradientTransformation,
+    )
+
+
+def test_training_compiles_once():
+    learner = _learner("advantage", num_updates=3)
+    memory = _dataset("advantage")
+    params, opt_state = learner.init(jax.random.key(0))
+    params, opt_state, _ = learner.train(params, opt_state, memory, jax.random.key(1))
+    more = rv.reservoir_add(
+        memory,
+        jax.random.key(9),
+        np.ones((4, E)),
+        np.ones((4, A), bool),
+        np.ones((4, A)),
+        5,
+        np.ones(4, bool),
+    )
+    params, opt_state, _ = learner.train(params, opt_state, more, jax.random.key(2))
+    params, opt_state, metrics = learner.train(params, opt_state, memory, jax.random.key(3))
+    assert learner.trace_count == 1
+    assert learner._train._cache_size() == 1
+    chex.assert_tree_all_finite((params, metrics))

@@ -1,0 +1,125 @@
+"""The MLP: shapes, masked heads, the canonical (torch) layout, and config errors."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lc_cfr.nets import mlp
+
+SPEC = mlp.NetworkSpec(input_size=12, num_actions=5, hidden_size=16, num_layers=2)
+
+
+def _torch_convention_forward(spec, layout, x):
+    """Forward pass in numpy from the layout alone: y = x W^T + b (nn.Linear)."""
+    act = {"relu": lambda v: np.maximum(v, 0), "tanh": np.tanh}[spec.activation]
+    for i in range(spec.num_layers):
+        x = act(x @ layout[f"layer_{i}.weight"].T + layout[f"layer_{i}.bias"])
+    return x @ layout["output.weight"].T + layout["output.bias"]
+
+
+def test_shapes_and_layer_names():
+    params = mlp.init_params(SPEC, jax.random.key(0))
+    assert list(params) == ["layer_0", "layer_1", "output"]
+    chex.assert_shape(params["layer_0"]["kernel"], (12, 16))
+    chex.assert_shape(params["layer_1"]["kernel"], (16, 16))
+    chex.assert_shape(params["output"]["kernel"], (16, 5))
+    x = jax.random.normal(jax.random.key(1), (7, 12)).astype(jnp.float16)
+    out = jax.jit(mlp.apply, static_argnums=0)(SPEC, params, x)
+    chex.assert_shape(out, (7, 5))
+    chex.assert_type(out, jnp.float32)
+
+
+@pytest.mark.parametrize("activation", sorted(mlp.ACTIVATIONS))
+def test_every_activation_runs(activation):
+    spec = mlp.NetworkSpec(
+        input_size=3, num_actions=2, hidden_size=4, num_layers=1, activation=activation
+    )
+    out = mlp.apply(spec, mlp.init_params(spec, jax.random.key(0)), jnp.ones((2, 3)))
+    chex.assert_shape(out, (2, 2))
+    chex.assert_tree_all_finite(out)
+
+
+def test_masked_advantages():
+    raw = jnp.array([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]])
+    mask = jnp.array([[True, False, True], [False, False, False]])
+    np.testing.assert_array_equal(
+        mlp.masked_advantages(raw, mask), [[1.0, 0.0, 3.0], [0.0, 0.0, 0.0]]
+    )
+
+
+def test_masked_policy():
+    raw = jnp.array([[0.0, 50.0, 0.0, 1e4], [3.0, -1.0, 2.0, 0.5], [1.0, 2.0, 3.0, 4.0]])
+    mask = jnp.array([[True, False, True, True], [True, True, False, False], [False] * 4])
+    policy = mlp.masked_policy(raw, mask)
+    chex.assert_tree_all_finite(policy)
+    np.testing.assert_array_equal(np.asarray(policy)[~np.asarray(mask)], 0.0)
+    np.testing.assert_allclose(policy[:2].sum(-1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(policy[2], 0.0)  # no legal action: all zeros
+    np.testing.assert_allclose(policy[0], [0.0, 0.0, 0.0, 1.0], atol=1e-6)
+    expected = np.exp([3.0, -1.0]) / np.exp([3.0, -1.0]).sum()
+    np.testing.assert_allclose(policy[1, :2], expected, rtol=1e-6)
+    log_policy = mlp.masked_log_policy(raw, mask)
+    chex.assert_tree_all_finite(log_policy)
+    np.testing.assert_allclose(log_policy[1, :2], np.log(expected), atol=1e-6)
+    grads = jax.grad(lambda r: jnp.sum(mlp.masked_log_policy(r, mask) ** 2))(raw)
+    chex.assert_tree_all_finite(grads)
+    np.testing.assert_array_equal(grads[2], 0.0)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_layout_round_trip_is_exact(activation):
+    spec = mlp.NetworkSpec(
+        input_size=6, num_actions=3, hidden_size=8, num_layers=3, activation=activation
+    )
+    params = mlp.init_params(spec, jax.random.key(2))
+    layout = mlp.to_layout(spec, params)
+    assert list(layout) == list(mlp.layout_shapes(spec))
+    assert {k: v.shape for k, v in layout.items()} == mlp.layout_shapes(spec)
+    assert layout["layer_0.weight"].shape == (8, 6)  # [out, in]
+    assert layout["output.weight"].shape == (3, 8)
+    assert all(v.dtype == np.float32 for v in layout.values())
+    restored = mlp.from_layout(spec, layout)
+    chex.assert_trees_all_equal(restored, params)
+    chex.assert_trees_all_equal(mlp.to_layout(spec, restored), layout)
+    x = np.asarray(jax.random.normal(jax.random.key(3), (4, 6)))
+    np.testing.assert_allclose(
+        mlp.apply(spec, params, x),
+        _torch_convention_forward(spec, layout, x),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_bad_layouts_name_the_key():
+    layout = mlp.to_layout(SPEC, mlp.init_params(SPEC, jax.random.key(0)))
+    missing = dict(layout)
+    del missing["layer_1.bias"]
+    with pytest.raises(ValueError, match=r"missing key 'layer_1\.bias'"):
+        mlp.from_layout(SPEC, missing)
+    transposed = dict(layout, **{"layer_0.weight": layout["layer_0.weight"].T})
+    with pytest.raises(ValueError, match=r"'layer_0\.weight' has shape \(12, 16\)"):
+        mlp.from_layout(SPEC, transposed)
+    extra = dict(layout, **{"layer_2.weight": np.zeros((16, 16), np.float32)})
+    with pytest.raises(ValueError, match=r"unexpected key.*layer_2\.weight"):
+        mlp.from_layout(SPEC, extra)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"activation": "swish"}, "network.activation"),
+        ({"hidden_size": 0}, "network.hidden_size"),
+        ({"num_layers": 0}, "network.num_layers"),
+        ({"input_size": 0}, "network.input_size"),
+    ],
+)
+def test_spec_errors_name_the_field(overrides, field):
+    kwargs = dict(input_size=4, num_actions=2, hidden_size=8, num_layers=1) | overrides
+    with pytest.raises(ValueError, match=field):
+        mlp.NetworkSpec(**kwargs)
+
+
+def test_spec_is_hashable():
+    assert hash(SPEC) == hash(mlp.NetworkSpec(12, 5, 16, 2))
