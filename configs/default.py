@@ -4,8 +4,9 @@
     python -m lc_cfr.main --config=configs/default.py:smoke   # a few tiny iterations
 
 The defaults mirror the predecessor's seeds: 280 traversals per player, a 512x3 network,
-512 updates of batch 1024 per network, 2M-sample memories, evaluation every 25
-iterations. Only the trainer reads this file; every helper takes explicit arguments.
+512 updates of batch 1024 per network, 2M-sample memories. (The seeds' evaluation
+every 25 iterations comes with the evaluation block, with the bots.) Only the trainer
+reads this file; every helper takes explicit arguments.
 """
 
 import ml_collections
@@ -85,9 +86,6 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.memory.advantage_capacity = 2_000_000  # per player
     config.memory.strategy_capacity = 2_000_000
 
-    config.evaluation = ml_collections.ConfigDict()
-    config.evaluation.eval_every = 25  # iterations; 0 = never (evaluation lands with issue 4)
-
     config.checkpoint = ml_collections.ConfigDict()
     config.checkpoint.save_latest = True  # overwrite checkpoints/latest every iteration
     config.checkpoint.save_every = 25  # also keep checkpoints/step_N; 0 = never
@@ -122,5 +120,4 @@ def _smoke(config: ml_collections.ConfigDict) -> None:
     config.optimization.strategy_batch_size = 32
     config.memory.advantage_capacity = 4096
     config.memory.strategy_capacity = 4096
-    config.evaluation.eval_every = 0
     config.checkpoint.save_every = 2

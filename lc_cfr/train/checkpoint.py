@@ -1,0 +1,84 @@
+"""Atomic checkpoints: a directory per saved iteration and a LATEST pointer.
+
+A checkpoint is written under a temporary name and renamed into place, and LATEST is
+replaced atomically after that, so a crash at any moment leaves the previous
+checkpoint readable. Contents are flat dicts of numpy arrays (`arrays.npz`, uncompressed
+for speed) plus JSON metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+
+import numpy as np
+
+POINTER = "LATEST"
+
+
+def _name(iteration: int) -> str:
+    return f"ckpt_{iteration:08d}"
+
+
+def save(
+    directory: pathlib.Path, iteration: int, arrays: dict[str, np.ndarray], meta: dict
+) -> pathlib.Path:
+    """Writes checkpoint `iteration` and points LATEST at it; returns its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / _name(iteration)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=".staging-", dir=directory))
+    with open(staging / "arrays.npz", "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    (staging / "meta.json").write_text(json.dumps({"iteration": iteration, **meta}, indent=1))
+    if final.exists():  # a rerun of the same iteration replaces it
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    pointer_tmp = directory / f".{POINTER}.tmp"
+    pointer_tmp.write_text(final.name)
+    os.replace(pointer_tmp, directory / POINTER)
+    return final
+
+
+def latest(directory: pathlib.Path) -> pathlib.Path | None:
+    """The checkpoint LATEST names, or None when there is none."""
+    pointer = directory / POINTER
+    if not pointer.exists():
+        return None
+    path = directory / pointer.read_text().strip()
+    if not (path / "arrays.npz").exists():
+        raise FileNotFoundError(f"{pointer} names {path.name}, which is missing or incomplete")
+    return path
+
+
+def find(directory: pathlib.Path, iteration: int | None) -> pathlib.Path | None:
+    """Checkpoint `iteration`, or the latest one when `iteration` is None."""
+    if iteration is None:
+        return latest(directory)
+    path = directory / _name(iteration)
+    if not (path / "arrays.npz").exists():
+        raise FileNotFoundError(f"no checkpoint of iteration {iteration} in {directory}")
+    return path
+
+
+def load(path: pathlib.Path) -> tuple[dict[str, np.ndarray], dict]:
+    """(arrays, metadata) of one checkpoint directory."""
+    with np.load(path / "arrays.npz") as data:
+        arrays = {key: data[key] for key in data.files}
+    return arrays, json.loads((path / "meta.json").read_text())
+
+
+def prune(directory: pathlib.Path, keep_every: int) -> None:
+    """Deletes checkpoints other than LATEST's and those on the `keep_every` schedule."""
+    current = latest(directory)
+    for path in directory.glob("ckpt_*"):
+        iteration = int(path.name.split("_")[1])
+        keep = keep_every > 0 and iteration % keep_every == 0
+        if path != current and not keep:
+            shutil.rmtree(path)
+    for stale in directory.glob(".staging-*"):  # left by a crash mid-save
+        shutil.rmtree(stale)

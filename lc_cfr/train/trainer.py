@@ -1,0 +1,452 @@
+"""The Deep CFR training loop that every backend sits behind (SPEC sections 3 to 5).
+
+Each iteration t = 1, 2, ...: for each player p, the backend runs the traversals with p
+as traverser, their samples enter p's advantage memory and the strategy memory, and p's
+advantage network is trained; the strategy network is trained every
+`optimization.strategy_train_every` iterations. Every random choice derives from
+`config.seed` and the iteration, so a resumed run is the uninterrupted run.
+
+This module is the only reader of the config: it turns it into explicit arguments.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from lc_cfr.game.rules import Rules
+from lc_cfr.learn import Learner, make_optimizer
+from lc_cfr.learn.learner import check_weighting
+from lc_cfr.memory import reservoir
+from lc_cfr.nets import mlp
+from lc_cfr.train import checkpoint
+from lc_cfr.train.backends import make_backend
+from lc_cfr.train.metrics import MetricsWriter, Progress
+from lc_cfr.traversal import lockstep
+
+# Config blocks a resumed run may change; every other field must match the checkpoint.
+RESUMABLE_CHANGES = ("run.", "checkpoint.", "logging.")
+
+
+class TrainState(NamedTuple):
+    """Everything a run needs to continue exactly (all of it is checkpointed)."""
+
+    iteration: int  # completed iterations
+    advantage_params: tuple  # (player 0, player 1) flax params
+    advantage_opt: tuple  # their optax states
+    strategy_params: Any
+    strategy_opt: Any
+    advantage_memory: tuple  # (player 0, player 1) Reservoir
+    strategy_memory: reservoir.Reservoir
+    league: Any  # strategy snapshots, every leaf [K, ...]
+    league_added: int  # snapshots taken so far (the initial network counts as one)
+
+
+def rules_from_config(config) -> Rules:
+    return Rules.from_mapping(config.rules.to_dict())
+
+
+def spec_from_config(config, rules: Rules) -> mlp.NetworkSpec:
+    return mlp.NetworkSpec(
+        input_size=rules.encoding_size,
+        num_actions=rules.num_actions,
+        hidden_size=config.network.hidden_size,
+        num_layers=config.network.num_layers,
+        activation=config.network.activation,
+    )
+
+
+def options_from_config(config) -> lockstep.TraversalOptions:
+    t = config.traversal
+    if t.lanes > t.traversals_per_player:
+        raise ValueError(
+            f"traversal.lanes={t.lanes} exceeds traversal.traversals_per_player="
+            f"{t.traversals_per_player}: the extra lanes would never run"
+        )
+    return lockstep.TraversalOptions(
+        num_traversals=t.traversals_per_player,
+        lanes=t.lanes,
+        sampling_mode=t.sampling_mode,
+        epsilon=float(t.outcome_sampling_epsilon),
+        value_clip=float(t.outcome_sampling_value_clip),
+        unsampled_regret=t.outcome_unsampled_regret,
+        max_depth=t.max_depth,
+        cutoff_turns=t.cutoff_turns,
+        cutoff_value_mode=t.cutoff_value_mode,
+        cutoff_rollouts=t.cutoff_rollouts,
+        rollout_policy=t.cutoff_rollout_policy,
+        opponent_policy=t.opponent_policy,
+        strategy_samples=t.strategy_samples,
+        fallback=config.regret_matching.all_negative_fallback,
+        utility_scale=float(config.utility_scale),
+    )
+
+
+def _flat_config(config) -> dict:
+    out = {}
+
+    def walk(prefix, node):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(f"{prefix}{key}.", value)
+            else:
+                out[prefix + key] = value
+
+    walk("", config.to_dict())
+    return out
+
+
+class Trainer:
+    """Builds everything from the config once; `run` trains and checkpoints."""
+
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str | pathlib.Path):
+        self.config = config
+        self.workdir = pathlib.Path(workdir)
+        self.rules = rules_from_config(config)
+        self.spec = spec_from_config(config, self.rules)
+        self.options = options_from_config(config)
+        self.backend = make_backend(
+            config.traversal.backend, rules=self.rules, spec=self.spec, options=self.options
+        )
+        opt = config.optimization
+        check_weighting(config.training_weighting.mode)
+        if opt.advantage_init not in ("scratch", "warm_start"):
+            raise ValueError(
+                "optimization.advantage_init must be 'scratch' or 'warm_start', "
+                f"got {opt.advantage_init!r}"
+            )
+        if opt.strategy_train_every < 1:
+            raise ValueError("optimization.strategy_train_every must be >= 1")
+        sp = config.self_play
+        if sp.league_size < 1 or sp.snapshot_every < 1:
+            raise ValueError("self_play.league_size and self_play.snapshot_every must be >= 1")
+        optimizer = make_optimizer(
+            learning_rate=opt.learning_rate,
+            weight_decay=opt.weight_decay,
+            grad_clip=opt.grad_clip,
+        )
+        weighting = config.training_weighting.mode
+        self.advantage_learner = Learner(
+            self.spec,
+            kind="advantage",
+            optimizer=optimizer,
+            batch_size=opt.advantage_batch_size,
+            num_updates=opt.advantage_updates,
+            weighting=weighting,
+        )
+        self.strategy_learner = Learner(
+            self.spec,
+            kind="strategy",
+            optimizer=optimizer,
+            batch_size=opt.strategy_batch_size,
+            num_updates=opt.strategy_updates,
+            weighting=weighting,
+        )
+        for field in ("advantage_capacity", "strategy_capacity"):
+            if config.memory[field] < 1:
+                raise ValueError(f"memory.{field} must be >= 1, got {config.memory[field]}")
+        self._add = jax.jit(reservoir.reservoir_add, donate_argnums=0)
+        self.base_key = jax.random.PRNGKey(config.seed)
+
+    # ----- randomness: a pure function of (seed, iteration, player, purpose) -----------
+
+    def key(self, iteration: int, player: int, purpose: int) -> jax.Array:
+        k = jax.random.fold_in(self.base_key, iteration)
+        return jax.random.fold_in(jax.random.fold_in(k, player), purpose)
+
+    # ----- state -------------------------------------------------------------------
+
+    def initial_state(self) -> TrainState:
+        adv = [self.advantage_learner.init(self.key(0, p, 0)) for p in (0, 1)]
+        strategy_params, strategy_opt = self.strategy_learner.init(self.key(0, 2, 0))
+        memory = lambda capacity: reservoir.reservoir_init(  # noqa: E731
+            capacity=capacity,
+            encoding_size=self.rules.encoding_size,
+            num_actions=self.rules.num_actions,
+        )
+        k = self.config.self_play.league_size
+        league = jax.tree.map(lambda x: jnp.stack([x] * k), strategy_params)
+        return TrainState(
+            iteration=0,
+            advantage_params=(adv[0][0], adv[1][0]),
+            advantage_opt=(adv[0][1], adv[1][1]),
+            strategy_params=strategy_params,
+            strategy_opt=strategy_opt,
+            advantage_memory=(
+                memory(self.config.memory.advantage_capacity),
+                memory(self.config.memory.advantage_capacity),
+            ),
+            strategy_memory=memory(self.config.memory.strategy_capacity),
+            league=league,
+            league_added=1,
+        )
+
+    def networks(self, state: TrainState) -> lockstep.Networks:
+        k = self.config.self_play.league_size
+        return lockstep.Networks(
+            advantage=state.advantage_params,
+            strategy=state.strategy_params,
+            league=state.league,
+            league_count=jnp.int32(min(state.league_added, k)),
+        )
+
+    # ----- one iteration -----------------------------------------------------------
+
+    def iteration(self, state: TrainState) -> tuple[TrainState, dict]:
+        t = state.iteration + 1
+        timing = dict.fromkeys(
+            ["traversal_seconds", "memory_add_seconds", "advantage_train_seconds"], 0.0
+        )
+        row: dict = {"iteration": t}
+        totals: dict = {}
+        adv_params, adv_opt = list(state.advantage_params), list(state.advantage_opt)
+        adv_memory, strategy_memory = list(state.advantage_memory), state.strategy_memory
+        for p in (0, 1):
+            start = time.perf_counter()
+            networks = self.networks(state._replace(advantage_params=tuple(adv_params)))
+            samples, stats = self.backend.traverse(
+                networks, seed=self.config.seed, iteration=t, traverser=p
+            )
+            jax.block_until_ready(samples)
+            timing["traversal_seconds"] += time.perf_counter() - start
+            for name, value in stats.items():
+                totals[name] = totals.get(name, 0) + value
+
+            start = time.perf_counter()
+            adv_memory[p] = self._add(
+                adv_memory[p],
+                self.key(t, p, 1),
+                samples.advantage_info,
+                samples.advantage_mask,
+                samples.advantage_target,
+                t,
+                samples.advantage_valid,
+            )
+            strategy_memory = self._add(
+                strategy_memory,
+                self.key(t, p, 2),
+                samples.strategy_info,
+                samples.strategy_mask,
+                samples.strategy_policy,
+                t,
+                samples.strategy_valid,
+            )
+            jax.block_until_ready((adv_memory[p], strategy_memory))
+            timing["memory_add_seconds"] += time.perf_counter() - start
+
+            start = time.perf_counter()
+            if self.config.optimization.advantage_init == "scratch":
+                adv_params[p], adv_opt[p] = self.advantage_learner.init(self.key(t, p, 3))
+            adv_params[p], adv_opt[p], losses = self.advantage_learner.train(
+                adv_params[p], adv_opt[p], adv_memory[p], self.key(t, p, 4)
+            )
+            jax.block_until_ready(adv_params[p])
+            timing["advantage_train_seconds"] += time.perf_counter() - start
+            row[f"loss/advantage_p{p}"] = float(losses["loss_last"])
+            row[f"loss/advantage_p{p}_first"] = float(losses["loss_first"])
+            row[f"memory/advantage_p{p}_fill"] = int(adv_memory[p].size) / reservoir.capacity_of(
+                adv_memory[p]
+            )
+            row[f"memory/advantage_p{p}_seen"] = int(adv_memory[p].seen)
+
+        start = time.perf_counter()
+        strategy_params, strategy_opt = state.strategy_params, state.strategy_opt
+        if t % self.config.optimization.strategy_train_every == 0:
+            strategy_params, strategy_opt, losses = self.strategy_learner.train(
+                strategy_params, strategy_opt, strategy_memory, self.key(t, 2, 4)
+            )
+            jax.block_until_ready(strategy_params)
+            row["loss/strategy"] = float(losses["loss_last"])
+            row["loss/strategy_first"] = float(losses["loss_first"])
+        timing["strategy_train_seconds"] = time.perf_counter() - start
+        row["memory/strategy_fill"] = int(strategy_memory.size) / reservoir.capacity_of(
+            strategy_memory
+        )
+        row["memory/strategy_seen"] = int(strategy_memory.seen)
+
+        league, added = state.league, state.league_added
+        if t % self.config.self_play.snapshot_every == 0:
+            slot = added % self.config.self_play.league_size
+            league = jax.tree.map(lambda s, x: s.at[slot].set(x), league, strategy_params)
+            added += 1
+
+        for name, value in totals.items():
+            row[f"traversal/{name}"] = value
+        row["traversal/realised_batch_size"] = totals["policy_calls"] / max(
+            totals["forward_batches"], 1
+        )
+        paths = totals["terminals"] + totals["truncations"] + totals["cutoffs"]
+        row["traversal/mean_endpoint_depth"] = totals["endpoint_depth_sum"] / max(paths, 1)
+        row["traversal/nodes_per_second"] = totals["nodes"] / max(timing["traversal_seconds"], 1e-9)
+        row.update(timing)
+        # Batches are gathered inside the jitted training scan: no host-side tensor building.
+        row["batch_tensor_seconds"] = 0.0
+        row["evaluation_seconds"] = 0.0  # evaluation lands with the evaluation issue
+        new_state = TrainState(
+            iteration=t,
+            advantage_params=tuple(adv_params),
+            advantage_opt=tuple(adv_opt),
+            strategy_params=strategy_params,
+            strategy_opt=strategy_opt,
+            advantage_memory=tuple(adv_memory),
+            strategy_memory=strategy_memory,
+            league=league,
+            league_added=added,
+        )
+        return new_state, row
+
+    # ----- checkpoints -------------------------------------------------------------
+
+    def _arrays(self, state: TrainState) -> dict[str, np.ndarray]:
+        arrays = {}
+        trees = {
+            "advantage_params": state.advantage_params,
+            "advantage_opt": state.advantage_opt,
+            "strategy_params": state.strategy_params,
+            "strategy_opt": state.strategy_opt,
+            "league": state.league,
+        }
+        for name, tree in trees.items():
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+                arrays[name + jax.tree_util.keystr(path)] = np.asarray(leaf)
+        memories = {
+            "advantage_memory_0": state.advantage_memory[0],
+            "advantage_memory_1": state.advantage_memory[1],
+            "strategy_memory": state.strategy_memory,
+        }
+        for name, memory in memories.items():
+            for key, value in reservoir.to_numpy(memory).items():
+                arrays[f"{name}/{key}"] = np.asarray(value)
+        return arrays
+
+    def _from_arrays(self, arrays: dict, meta: dict) -> TrainState:
+        template = self.initial_state()
+
+        def restore(name, tree):
+            leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+            values = []
+            for path, leaf in leaves:
+                key = name + jax.tree_util.keystr(path)
+                if key not in arrays or arrays[key].shape != np.shape(leaf):
+                    raise ValueError(f"checkpoint field {key} is missing or has another shape")
+                values.append(jnp.asarray(arrays[key], dtype=jnp.asarray(leaf).dtype))
+            return jax.tree_util.tree_unflatten(jax.tree.structure(tree), values)
+
+        def memory(name):
+            prefix = name + "/"
+            return reservoir.from_numpy(
+                {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+            )
+
+        return TrainState(
+            iteration=meta["iteration"],
+            advantage_params=restore("advantage_params", template.advantage_params),
+            advantage_opt=restore("advantage_opt", template.advantage_opt),
+            strategy_params=restore("strategy_params", template.strategy_params),
+            strategy_opt=restore("strategy_opt", template.strategy_opt),
+            advantage_memory=(memory("advantage_memory_0"), memory("advantage_memory_1")),
+            strategy_memory=memory("strategy_memory"),
+            league=restore("league", template.league),
+            league_added=meta["league_added"],
+        )
+
+    def save(self, state: TrainState, row: dict | None) -> None:
+        meta = {"league_added": state.league_added, "metrics": row, "seed": self.config.seed}
+        checkpoint.save(self.workdir / "checkpoints", state.iteration, self._arrays(state), meta)
+        checkpoint.prune(self.workdir / "checkpoints", self.config.checkpoint.save_every)
+
+    def restore(self, iteration: int | None = None) -> tuple[TrainState, dict | None] | None:
+        """The state of checkpoint `iteration` (latest if None), or None without one."""
+        path = checkpoint.find(self.workdir / "checkpoints", iteration)
+        if path is None:
+            return None
+        arrays, meta = checkpoint.load(path)
+        return self._from_arrays(arrays, meta), meta.get("metrics")
+
+    def _check_resumable(self) -> None:
+        saved_path = self.workdir / "config.json"
+        if not saved_path.exists():
+            return
+        saved = _flat_config(ml_collections.ConfigDict(json.loads(saved_path.read_text())))
+        current = _flat_config(self.config)
+        changed = sorted(
+            key
+            for key in set(saved) | set(current)
+            if saved.get(key) != current.get(key) and not key.startswith(RESUMABLE_CHANGES)
+        )
+        if changed:
+            raise ValueError(
+                f"{self.workdir} holds a run with another config; differing fields: {changed}. "
+                "Use a new --workdir, or change only run.*, checkpoint.* or logging.*"
+            )
+
+    # ----- the loop ----------------------------------------------------------------
+
+    def run(self) -> TrainState:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._check_resumable()
+        (self.workdir / "config.json").write_text(self.config.to_json(indent=1))
+        restored = self.restore()
+        state, last_row = restored if restored else (self.initial_state(), None)
+        metrics = MetricsWriter(
+            self.workdir, tensorboard=self.config.logging.tensorboard, resume_after=state.iteration
+        )
+        if last_row is not None and not _has_row(metrics.path, state.iteration):
+            metrics.write(last_row)  # the checkpoint landed but its metrics row did not
+        run = self.config.run
+        progress = Progress(
+            total=run.max_iterations, initial=state.iteration, enabled=run.progress_bar
+        )
+        started = time.perf_counter()
+        try:
+            while state.iteration < run.max_iterations:
+                iteration_start = time.perf_counter()
+                state, row = self.iteration(state)
+                start = time.perf_counter()
+                save_now = self.config.checkpoint.save_latest or (
+                    self.config.checkpoint.save_every > 0
+                    and state.iteration % self.config.checkpoint.save_every == 0
+                )
+                final = state.iteration >= run.max_iterations
+                row["checkpoint_seconds"] = 0.0
+                row["iteration_seconds"] = time.perf_counter() - iteration_start
+                if save_now or final:
+                    self.save(state, row)
+                    row["checkpoint_seconds"] = time.perf_counter() - start
+                    row["iteration_seconds"] = time.perf_counter() - iteration_start
+                metrics.write(row)
+                progress.update(row)
+                if run.max_minutes > 0 and time.perf_counter() - started > 60 * run.max_minutes:
+                    break
+            if checkpoint.latest(self.workdir / "checkpoints") is None or _behind(
+                self.workdir, state.iteration
+            ):
+                self.save(state, None)  # stopped by max_minutes: never lose the progress
+        finally:
+            progress.close()
+            metrics.close()
+        return state
+
+
+def _has_row(path: pathlib.Path, iteration: int) -> bool:
+    if iteration == 0 or not path.exists():
+        return iteration == 0
+    rows = [line for line in path.read_text().splitlines() if line.strip()]
+    return any(json.loads(line)["iteration"] == iteration for line in rows)
+
+
+def _behind(workdir: pathlib.Path, iteration: int) -> bool:
+    latest = checkpoint.latest(workdir / "checkpoints")
+    return latest is None or int(latest.name.split("_")[1]) < iteration
+
+
+def default_workdir() -> pathlib.Path:
+    return pathlib.Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

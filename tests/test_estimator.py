@@ -1,0 +1,286 @@
+"""The outcome-sampling estimator against exact regrets from the enumerated game tree.
+
+On a tiny variant (one colour, six ranks, hands of two: 720 deck orders, about 76
+decisions per deal) both players follow fixed regret-matching policies from fixed
+advantage networks. For every deal that the traversals meet, the whole tree below the
+root is enumerated in float64: v(a) is the traverser's expected utility after root
+action a when both players then follow their policies, and the exact regret is
+r(a) = v(a) - sum_b sigma(b) v(b) (lc_cfr/traversal/policy.py, `outcome_targets`).
+
+Given the deal, the rest of the game is deterministic but for the players' choices (the
+deck order is fixed at the deal), so the conditional expectation of a root target is a
+function of the deal alone: r(a) for `negative_node_value`, v(a)(1 - sigma(a)) for
+`zero`. Over many traversals, the mean of the sampled root targets minus the mean of
+these per-deal expectations must be within a few standard errors of zero (paired
+differences, so the spread of the deals does not enter the error). `zero` must also miss
+the exact regret by many standard errors: that is its bias.
+
+`value_clip` is 0 (clipping would bias the estimator) and no cut-off is used.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lc_cfr.game import engine
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+from lc_cfr.traversal import lockstep
+from lc_cfr.traversal import policy as pol
+
+RULES = Rules(n_colors=1, n_ranks=6, min_rank=2, n_wagers=0, hand_size=2, max_turns=4)
+SPEC = mlp.NetworkSpec(
+    input_size=RULES.encoding_size,
+    num_actions=RULES.num_actions,
+    hidden_size=16,
+    num_layers=1,
+    activation="relu",
+)
+SEED, ITERATION, TRAVERSER = 7, 2, 0
+NUM_TRAVERSALS = 20_000
+LANES = 500
+EPSILON = 0.5
+UTILITY_SCALE = 16.0
+FALLBACK = "uniform"
+# Added to the output bias of the fixed networks: most advantages are then positive, so
+# regret matching mixes over the root actions instead of putting all mass on one.
+ADVANTAGE_SHIFT = 0.3
+CHUNK = 4096  # states per jitted call of the enumeration (one compile per function)
+Z_AGREE = 4.0  # |mean difference| allowed, in standard errors
+Z_BIAS = 6.0  # `zero` must miss the exact regret by more, for some action
+
+
+def _fixed_networks() -> lockstep.Networks:
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    advantage = []
+    for key in keys:
+        params = mlp.init_params(SPEC, key)
+        params["output"]["bias"] = params["output"]["bias"] + ADVANTAGE_SHIFT
+        advantage.append(params)
+    return lockstep.Networks(
+        advantage=tuple(advantage),
+        strategy=advantage[0],  # unused: opponent_policy is 'network'
+        league=jax.tree.map(lambda x: x[None], advantage[0]),
+        league_count=jnp.int32(1),
+    )
+
+
+def _options(unsampled_regret: str) -> lockstep.TraversalOptions:
+    return lockstep.TraversalOptions(
+        num_traversals=NUM_TRAVERSALS,
+        lanes=LANES,
+        sampling_mode="outcome",
+        epsilon=EPSILON,
+        value_clip=0.0,
+        unsampled_regret=unsampled_regret,
+        max_depth=1,
+        cutoff_turns=0,
+        cutoff_value_mode="score_diff",
+        cutoff_rollouts=1,
+        rollout_policy="random",
+        opponent_policy="network",
+        strategy_samples="opponent",
+        fallback=FALLBACK,
+        utility_scale=UTILITY_SCALE,
+    )
+
+
+# ----- the exact side: the whole tree, level by level ---------------------------------
+
+
+def _take(tree, index):
+    return jax.tree.map(lambda x: x[index], tree)
+
+
+@jax.jit
+def _mask_and_policy(states, advantage):
+    """Legal mask and the mover's regret-matching policy, computed as the traversal does."""
+    mask = jax.vmap(functools.partial(engine.legal_action_mask, RULES))(states)
+    mover = states.current_player
+    obs = jax.vmap(functools.partial(engine.observe, RULES))(states, mover)
+    match = jax.vmap(functools.partial(pol.regret_matching, fallback=FALLBACK))
+    sigmas = [
+        match(mlp.masked_advantages(mlp.apply(SPEC, params, obs), mask), mask)
+        for params in advantage
+    ]
+    return mask, jnp.where((mover == 0)[:, None], sigmas[0], sigmas[1])
+
+
+@jax.jit
+def _children(states, actions):
+    """The children, whether each is terminal, and the traverser's returns there."""
+    children = jax.vmap(functools.partial(engine.step, RULES))(states, actions)
+    returns = jax.vmap(functools.partial(engine.returns, RULES))(children)[:, TRAVERSER]
+    return children, children.terminal, returns
+
+
+def _chunked(fn, states, rows, *, advantage=None, actions=None):
+    """fn over the states at `rows` in fixed-size chunks (one compile; padding repeats)."""
+    outs = []
+    for low in range(0, len(rows), CHUNK):
+        index = rows[np.minimum(np.arange(low, low + CHUNK), len(rows) - 1)]
+        chunk = _take(states, index)
+        if actions is None:
+            outs.append(jax.device_get(fn(chunk, advantage)))
+        else:
+            picked = actions[np.minimum(np.arange(low, low + CHUNK), len(rows) - 1)]
+            outs.append(jax.device_get(fn(chunk, jnp.asarray(picked, jnp.int32))))
+    return jax.tree.map(lambda *parts: np.concatenate(parts)[: len(rows)], *outs)
+
+
+def exact_root_values(advantage, decks: np.ndarray):
+    """Enumerates the whole game of every deck.
+
+    Returns (sigma, values, mask), each [D, A]: the root policy of the player to move
+    (float64), v(a) = the traverser's expected utility after root action a when both
+    players follow their regret-matching policies (float64, 0 on illegal actions), and
+    the legal root actions.
+    """
+    factor = np.float64(lockstep.utility_factor(UTILITY_SCALE))
+    frontier = jax.vmap(functools.partial(engine.init_from_deck, RULES))(jnp.asarray(decks))
+    levels = []  # per depth: (nodes, parent, action, sigma, child terminal, child returns)
+    count = len(decks)
+    while count:
+        mask, sigma = _chunked(_mask_and_policy, frontier, np.arange(count), advantage=advantage)
+        parent, action = np.nonzero(mask)  # one child per legal action
+        children, terminal, returns = _chunked(_children, frontier, parent, actions=action)
+        levels.append((count, parent, action, sigma.astype(np.float64), terminal, returns))
+        frontier = _take(children, np.flatnonzero(~terminal))
+        count = int(np.sum(~terminal))
+        assert len(levels) <= 2 * RULES.max_turns, "the game outlived max_turns"
+    below = None  # values of the nodes one level down, in frontier order
+    for count, parent, action, sigma, terminal, returns in reversed(levels):
+        child_value = returns.astype(np.float64) * factor
+        if below is not None:
+            child_value[~terminal] = below
+        values = np.zeros((count, RULES.num_actions))
+        values[parent, action] = child_value
+        below = np.sum(sigma * values, axis=1)
+    _, parent, action, root_sigma, _, _ = levels[0]
+    root_mask = np.zeros(values.shape, bool)
+    root_mask[parent, action] = True
+    return root_sigma, values, root_mask
+
+
+# ----- the sampled side and the comparison --------------------------------------------
+
+
+class Estimates:
+    """Root targets of both modes with the exact quantities of each traversal's deal."""
+
+    def __init__(self):
+        nets = _fixed_networks()
+        per_traversal, _ = lockstep.slots_per_traversal(RULES, _options("zero"))
+        roots = np.arange(NUM_TRAVERSALS) * per_traversal  # node 0 of every traversal
+        self.targets, self.info, self.sample_mask, self.stats = {}, {}, {}, {}
+        for mode in pol.UNSAMPLED_REGRET_MODES:
+            samples, stats = lockstep.run_traversals(
+                RULES,
+                SPEC,
+                _options(mode),
+                nets,
+                seed=SEED,
+                iteration=ITERATION,
+                traverser=TRAVERSER,
+            )
+            samples, self.stats[mode] = jax.device_get((samples, stats))
+            assert samples.advantage_valid[roots].all()
+            self.targets[mode] = samples.advantage_target[roots].astype(np.float64)
+            self.info[mode] = samples.advantage_info[roots]
+            self.sample_mask[mode] = samples.advantage_mask[roots]
+
+        # traversal j deals game TRAVERSER * NUM_TRAVERSALS + j (run_traversals)
+        games = TRAVERSER * NUM_TRAVERSALS + np.arange(NUM_TRAVERSALS)
+        decks = jax.vmap(lambda g: engine.deal_order(RULES, SEED, g, ITERATION))(games)
+        self.decks, self.deal = np.unique(np.asarray(decks), axis=0, return_inverse=True)
+        self.deal = self.deal.reshape(-1)
+        roots_obs = jax.vmap(
+            lambda d: engine.observe(RULES, engine.init_from_deck(RULES, d), TRAVERSER)
+        )(jnp.asarray(self.decks))
+        self.root_obs = np.asarray(roots_obs)[self.deal]
+        sigma, values, mask = exact_root_values(nets.advantage, self.decks)
+        self.deck_sigma = sigma
+        self.sigma, self.values, self.mask = sigma[self.deal], values[self.deal], mask[self.deal]
+        node_value = np.sum(self.sigma * self.values, axis=1, keepdims=True)
+        self.expected = {
+            "negative_node_value": np.where(self.mask, self.values - node_value, 0.0),
+            "zero": np.where(self.mask, self.values * (1.0 - self.sigma), 0.0),
+        }
+
+    def agreement(self, mode: str, expected: np.ndarray):
+        """(mean target, mean expected, standard error of the paired difference, z)."""
+        difference = self.targets[mode] - expected
+        se = difference.std(axis=0, ddof=1) / np.sqrt(NUM_TRAVERSALS)
+        mean = difference.mean(axis=0)
+        z = np.where(se > 0, mean / np.where(se > 0, se, 1.0), 0.0)
+        return self.targets[mode].mean(axis=0), expected.mean(axis=0), se, z
+
+
+@pytest.fixture(scope="module")
+def estimates():
+    return Estimates()
+
+
+def _report(title, mean_target, mean_expected, se, z):
+    return (
+        f"{title}\n  mean target   {np.round(mean_target, 4)}\n"
+        f"  mean expected {np.round(mean_expected, 4)}\n  se {np.round(se, 4)}\n"
+        f"  z  {np.round(z, 2)}"
+    )
+
+
+def test_the_comparison_is_meaningful(estimates):
+    e = estimates
+    # node 0 of traversal j is the traverser's root decision of the deal we enumerated
+    for mode in pol.UNSAMPLED_REGRET_MODES:
+        np.testing.assert_array_equal(e.info[mode], e.root_obs)
+        np.testing.assert_array_equal(e.sample_mask[mode], e.mask)
+        assert not np.any(e.targets[mode][~e.mask]), "targets on illegal actions"
+        assert int(e.stats[mode].cutoffs) == 0
+    assert len(e.decks) > 500  # nearly all 720 deck orders
+    # the policies mix at the root: every legal action has probability in (0, 1)
+    legal = e.mask.any(axis=0)
+    assert legal.sum() >= 3
+    assert np.all(e.mask == legal), "the root actions should not depend on the deal"
+    root_sigma = e.deck_sigma[:, legal]
+    assert root_sigma.min() > 0.01 and root_sigma.max() < 0.99, (root_sigma.min(), root_sigma.max())
+    # the traversal's sigma is ours: sum_a sigma(a) r(a) = 0 for every sampled target
+    targets = e.targets["negative_node_value"]
+    residual = np.abs(np.sum(e.sigma * targets, axis=1))
+    assert np.all(residual <= 1e-5 * (1.0 + np.abs(targets).max(axis=1))), residual.max()
+    # both modes sampled the same paths: `zero` is `negative_node_value` at a* and 0 elsewhere
+    zero = e.targets["zero"]
+    assert np.all(np.count_nonzero(zero, axis=1) <= 1)
+    nonzero = zero != 0
+    np.testing.assert_array_equal(zero[nonzero], targets[nonzero])
+    # the actions differ in value, so the regrets and the `zero` bias are far from 0
+    assert np.ptp(e.values[:, legal].mean(axis=0)) > 0.5
+
+
+def test_negative_node_value_targets_average_to_the_exact_regret(estimates):
+    mode = "negative_node_value"
+    mean_target, mean_expected, se, z = estimates.agreement(mode, estimates.expected[mode])
+    report = _report(f"{mode} vs exact regret", mean_target, mean_expected, se, z)
+    print(report)
+    legal = estimates.mask.any(axis=0)
+    assert np.all(se[legal] > 0) and np.all(se[legal] < 0.02), report
+    assert np.all(np.abs(z) < Z_AGREE), report
+
+
+def test_zero_targets_average_to_the_biased_value(estimates):
+    mode = "zero"
+    mean_target, mean_expected, se, z = estimates.agreement(mode, estimates.expected[mode])
+    report = _report(f"{mode} vs v(a)(1 - sigma(a))", mean_target, mean_expected, se, z)
+    print(report)
+    legal = estimates.mask.any(axis=0)
+    assert np.all(se[legal] > 0) and np.all(se[legal] < 0.02), report
+    assert np.all(np.abs(z) < Z_AGREE), report
+
+    exact = estimates.expected["negative_node_value"]
+    mean_target, mean_exact, se, z = estimates.agreement(mode, exact)
+    report = _report(f"{mode} vs exact regret (its bias)", mean_target, mean_exact, se, z)
+    print(report)
+    assert np.max(np.abs(z)) > Z_BIAS, report

@@ -1,0 +1,162 @@
+"""The trainer: CLI smoke run, exact resume, checkpoints, config errors, compile-once."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from lc_cfr.train import Trainer, checkpoint
+from lc_cfr.traversal import lockstep
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "configs"))
+import default as default_config  # noqa: E402
+
+SPEC_KEYS = [
+    "iteration_seconds",
+    "traversal_seconds",
+    "advantage_train_seconds",
+    "strategy_train_seconds",
+    "memory_add_seconds",
+    "checkpoint_seconds",
+    "evaluation_seconds",
+    "batch_tensor_seconds",
+    "traversal/nodes",
+    "traversal/policy_calls",
+    "traversal/realised_batch_size",
+    "traversal/terminals",
+    "traversal/cutoffs",
+    "traversal/truncations",
+    "traversal/mean_endpoint_depth",
+    "loss/advantage_p0",
+    "loss/advantage_p1",
+    "loss/strategy",
+    "memory/advantage_p0_fill",
+    "memory/strategy_fill",
+]
+TIMING = {k for k in SPEC_KEYS if k.endswith("_seconds")} | {"traversal/nodes_per_second"}
+
+
+def smoke_config(**overrides):
+    config = default_config.get_config("smoke")
+    config.logging.tensorboard = False
+    config.checkpoint.save_every = 0
+    for dotted, value in overrides.items():
+        node = config
+        *path, last = dotted.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return config
+
+
+def _rows(workdir):
+    lines = (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _comparable(row):
+    return {k: v for k, v in row.items() if k not in TIMING}
+
+
+@pytest.mark.slow
+def test_cli_smoke_run_writes_every_spec_key_and_resumes(tmp_path):
+    env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
+    command = [
+        sys.executable,
+        "-m",
+        "lc_cfr.main",
+        "--config=configs/default.py:smoke",
+        f"--workdir={tmp_path}",
+        "--config.run.max_iterations=2",
+    ]
+    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    rows = _rows(tmp_path)
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for key in SPEC_KEYS:
+        assert key in rows[-1], key
+    assert rows[-1]["traversal/nodes"] > 0
+    assert (tmp_path / "config.json").exists() and list((tmp_path / "tensorboard").iterdir())
+    command[-1] = "--config.run.max_iterations=3"
+    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    assert [r["iteration"] for r in _rows(tmp_path)] == [1, 2, 3]
+    bad = subprocess.run(
+        command + ["--config.traversal.backend=nope"], cwd=ROOT, env=env, capture_output=True
+    )
+    assert bad.returncode != 0 and b"traversal.backend must be one of ['jax']" in bad.stderr
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path):
+    whole = Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path / "whole").run()
+    Trainer(smoke_config(**{"run.max_iterations": 2}), tmp_path / "split").run()
+    split = Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path / "split").run()
+    assert split.iteration == whole.iteration == 3
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(split), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    whole_rows, split_rows = _rows(tmp_path / "whole"), _rows(tmp_path / "split")
+    assert [r["iteration"] for r in split_rows] == [1, 2, 3]
+    for a, b in zip(whole_rows, split_rows, strict=True):
+        assert _comparable(a) == _comparable(b)
+
+
+def test_traversal_compiles_once_across_iterations_and_players(tmp_path):
+    config = smoke_config(**{"run.max_iterations": 3, "traversal.traversals_per_player": 10})
+    before = lockstep._run._cache_size()
+    Trainer(config, tmp_path).run()
+    assert lockstep._run._cache_size() == before + 1
+
+
+def test_config_errors_name_the_field(tmp_path):
+    cases = [
+        ({"traversal.backend": "cuda"}, "traversal.backend must be one of"),
+        ({"traversal.lanes": 999}, "traversal.lanes"),
+        ({"traversal.sampling_mode": "full"}, "traversal.sampling_mode"),
+        ({"rules.n_colors": 7}, "rules.n_colors"),
+        ({"network.activation": "swish"}, "network.activation"),
+        ({"training_weighting.mode": "t2"}, "training_weighting.mode"),
+        ({"optimization.advantage_init": "keep"}, "optimization.advantage_init"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ValueError, match=message):
+            Trainer(smoke_config(**overrides), tmp_path / "x")
+
+
+def test_resume_refuses_another_config_but_allows_run_fields(tmp_path):
+    Trainer(smoke_config(**{"run.max_iterations": 1}), tmp_path).run()
+    with pytest.raises(ValueError, match="network.hidden_size"):
+        Trainer(smoke_config(**{"network.hidden_size": 8}), tmp_path).run()
+    state = Trainer(smoke_config(**{"run.max_iterations": 2}), tmp_path).run()
+    assert state.iteration == 2
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path):
+    directory = tmp_path / "checkpoints"
+    for iteration in range(1, 6):
+        checkpoint.save(directory, iteration, {"x": np.arange(iteration)}, {"note": iteration})
+        checkpoint.prune(directory, keep_every=2)
+    (directory / ".staging-crashed").mkdir()  # a save that died half-way
+    (directory / ".staging-crashed" / "arrays.npz").write_bytes(b"garbage")
+    arrays, meta = checkpoint.load(checkpoint.latest(directory))
+    assert meta["iteration"] == 5 and arrays["x"].tolist() == [0, 1, 2, 3, 4]
+    checkpoint.prune(directory, keep_every=2)
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "LATEST",
+        "ckpt_00000002",
+        "ckpt_00000004",
+        "ckpt_00000005",
+    ]
+    with pytest.raises(FileNotFoundError, match="iteration 3"):
+        checkpoint.find(directory, 3)
+
+
+def test_max_minutes_stops_and_keeps_the_progress(tmp_path):
+    config = smoke_config(**{"run.max_iterations": 50, "run.max_minutes": 1e-6})
+    config.checkpoint.save_latest = False
+    state = Trainer(config, tmp_path).run()
+    assert 1 <= state.iteration < 50
+    assert checkpoint.latest(tmp_path / "checkpoints").name == f"ckpt_{state.iteration:08d}"
