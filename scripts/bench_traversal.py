@@ -1,31 +1,37 @@
 """Traversal throughput of the `jax` backend vs the forward-only limit, at several lanes.
 
-Runs the lockstep Deep CFR traversal (lc_cfr.traversal.lockstep.run_traversals) on the
-config's rules, traversal options and network shape (randomly initialised parameters:
-two advantage networks, the strategy network, a league of one snapshot), and reports
-nodes (traversal decisions) per second at each `lanes` value.
+Builds the rules, network shape and traversal options from the config exactly as the
+trainer does (lc_cfr.train.trainer.*_from_config; only `lanes`, the traversal quota and
+optionally the sampling mode are overridden), gives the two advantage networks and the
+strategy network random parameters (league: one copy of the strategy network), and
+times calls of the `jax` backend (lc_cfr.traversal.lockstep.run_traversals). Its figure
+is nodes per second: traversal decisions (stats.nodes) per wall-clock second.
 
-In the same run it times the network alone: `count` back-to-back forwards of
-`mlp.apply` on a [lanes, E] batch inside one jitted `lax.fori_loop`, which is how the
-traversal runs them (one jitted while_loop, no Python between steps). Its rate,
-lanes / seconds per forward, is the FORWARD-ONLY LIMIT: the node rate the traversal
-would reach if every lane decided at every step and nothing but the forward took time.
-The ratio printed is traversal nodes/s / that limit. Two context figures come with it:
-the same forward dispatched from Python one call at a time, and the forward plus the
-masked regret-matching head the traversal applies to it (also in a loop).
+The FORWARD-ONLY LIMIT is timed in the same run, at the same batch: back-to-back
+`mlp.apply` forwards of the config's network on a [lanes, E] float32 batch inside one
+jitted `lax.fori_loop`, which is how the traversal runs them (one jitted while_loop, no
+Python between steps). Its rate, lanes / seconds per forward, is the node rate the
+traversal would reach if every lane decided at every step and nothing but the forward
+took time. It includes no regret matching and no engine work; two context figures come
+with it: the same loop with the masked regret-matching head the traversal applies
+(`fwd+RM`), and one jitted forward per Python call (`percall`).
 
-The ratio splits into two factors (outcome sampling with a `network` opponent runs one
-forward of all `lanes` rows per step):
-    occupancy      = policy_calls / (forward_batches * lanes)   rows that were real nodes
-    forward share  = forward_batches * t_forward / t_call        time spent in forwards
-    ratio          = occupancy * forward share * nodes / policy_calls
+Each repeat times one traversal call and then one forward-only loop, back to back, so
+that both see the same load from anything else on the machine; the ratio is the median
+of the per-repeat ratios nodes/s / limit. It splits into two factors:
+    occupancy      = policy_calls / (forward_batches * lanes): forward rows that were nodes
+    forward share  = forward_batches * seconds per forward / seconds per call
+    ratio          = occupancy * forward share / (policy_calls / nodes)
+(policy_calls / nodes is 1 for outcome sampling with a `network` opponent, 2 for
+external sampling, which evaluates both advantage networks at every decision.)
 
     .venv/bin/python scripts/bench_traversal.py [--lanes 64,280,1024] [--repeats 3] \
         [--sampling-mode outcome|external] [--traversals N] [--json out.json]
 
 Traversals per call default to max(config traversals_per_player, lanes): lanes beyond the
-quota would sit idle, so a larger lanes value is benchmarked with a larger quota (the
-work per call grows with it; nodes/s stays comparable).
+quota would never run (the trainer refuses them), so a larger lanes value is benchmarked
+with a larger quota. The work per call grows with it; nodes/s stays comparable. With
+lanes below the quota the last wave of traversals runs part-empty, which `occup` shows.
 """
 
 from __future__ import annotations
@@ -44,18 +50,21 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
+from lc_cfr.train.backends import make_backend
+from lc_cfr.train.trainer import options_from_config, rules_from_config, spec_from_config
+from lc_cfr.traversal import lockstep
 from lc_cfr.traversal import policy as pol
-from lc_cfr.traversal.lockstep import Networks, TraversalOptions, run_traversals
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "configs" / "default.py"
 LIMIT_DEFINITION = (
-    "forward-only limit = lanes / seconds per forward, where a forward is one "
-    "mlp.apply of the config's network on a [lanes, E] float32 batch, timed as "
+    "forward-only limit = lanes / seconds per forward; a forward is one mlp.apply of "
+    "the config's network (random parameters) on a [lanes, E] float32 batch, timed as "
     "back-to-back forwards inside one jitted lax.fori_loop (no Python dispatch, no "
-    "regret matching, no engine work); ratio = traversal nodes/s / limit"
+    "regret matching, no engine work). ratio = traversal nodes/s / limit, the median of "
+    "per-repeat ratios, each repeat timing one traversal call and one forward loop back "
+    "to back."
 )
 
 
@@ -65,7 +74,7 @@ LIMIT_DEFINITION = (
 def load_config(arg: str):
     """The ConfigDict of a config file, `path` or `path:preset` (as lc_cfr.main takes)."""
     path, _, preset = arg.partition(":")
-    module_spec = importlib.util.spec_from_file_location("_bench_config", path)
+    module_spec = importlib.util.spec_from_file_location("_bench_traversal_config", path)
     if module_spec is None or module_spec.loader is None:
         raise SystemExit(f"cannot load config file {path}")
     module = importlib.util.module_from_spec(module_spec)
@@ -73,32 +82,20 @@ def load_config(arg: str):
     return module.get_config(preset)
 
 
-def build_options(config, lanes: int, traversals: int, sampling_mode: str) -> TraversalOptions:
-    t = config.traversal
-    return TraversalOptions(
-        num_traversals=traversals,
-        lanes=lanes,
-        sampling_mode=sampling_mode,
-        epsilon=float(t.outcome_sampling_epsilon),
-        value_clip=float(t.outcome_sampling_value_clip),
-        unsampled_regret=t.outcome_unsampled_regret,
-        max_depth=int(t.max_depth),
-        cutoff_turns=int(t.cutoff_turns),
-        cutoff_value_mode=t.cutoff_value_mode,
-        cutoff_rollouts=int(t.cutoff_rollouts),
-        rollout_policy=t.cutoff_rollout_policy,
-        opponent_policy=t.opponent_policy,
-        strategy_samples=t.strategy_samples,
-        fallback=config.regret_matching.all_negative_fallback,
-        utility_scale=float(config.utility_scale),
-    )
+def options_for(config, lanes: int, traversals: int, sampling_mode: str):
+    """The trainer's TraversalOptions with lanes, quota and sampling mode overridden."""
+    config = config.copy_and_resolve_references()
+    config.traversal.lanes = lanes
+    config.traversal.traversals_per_player = traversals
+    config.traversal.sampling_mode = sampling_mode
+    return options_from_config(config)
 
 
-def build_networks(spec: mlp.NetworkSpec, seed: int) -> Networks:
+def random_networks(spec: mlp.NetworkSpec, seed: int) -> lockstep.Networks:
     """Random parameters: advantage (player 0, player 1), strategy, league of 1 copy."""
     keys = jax.random.split(jax.random.PRNGKey(seed), 3)
     adv0, adv1, strategy = (mlp.init_params(spec, k) for k in keys)
-    return Networks(
+    return lockstep.Networks(
         advantage=(adv0, adv1),
         strategy=strategy,
         league=jax.tree.map(lambda x: x[None], strategy),
@@ -106,109 +103,176 @@ def build_networks(spec: mlp.NetworkSpec, seed: int) -> Networks:
     )
 
 
-# ----- the traversal ---------------------------------------------------------------
+# ----- timing helpers --------------------------------------------------------------
 
 
-def bench_traversal(rules, spec, options, networks, seed: int, repeats: int) -> dict:
-    """First call (compile + run) timed apart, then `repeats` calls on fresh iterations."""
+def timed(fn, *args):
+    """(result, wall seconds, process CPU seconds) of fn(*args), blocked until ready."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = jax.block_until_ready(fn(*args))
+    return result, time.perf_counter() - wall, time.process_time() - cpu
 
-    def call(iteration: int, traverser: int):
-        start = time.perf_counter()
-        samples, stats = run_traversals(
-            rules, spec, options, networks, seed=seed, iteration=iteration, traverser=traverser
-        )
-        jax.block_until_ready((samples, stats))
-        seconds = time.perf_counter() - start
-        return seconds, {k: int(v) for k, v in stats._asdict().items()}
 
-    first_seconds, _ = call(1, 0)
+class ForwardTimer:
+    """Compiled forward-only loops at one batch size; `time` gives seconds per forward."""
+
+    def __init__(self, spec: mlp.NetworkSpec, params, fallback: str, batch: int, count: int):
+        self.params, self.batch, self.count = params, batch, count
+        kx, km = jax.random.split(jax.random.PRNGKey(7))
+        self.x = jax.random.uniform(kx, (batch, spec.input_size), jnp.float32)
+        mask = jax.random.bernoulli(km, 0.5, (batch, spec.num_actions))
+        self.mask = mask.at[:, -1].set(True)  # at least one legal action per row
+        rm = functools.partial(pol.regret_matching, fallback=fallback)
+
+        def forward(p, x, mask):
+            del mask
+            return mlp.apply(spec, p, x)
+
+        def forward_rm(p, x, mask):  # what the traversal's _regret_policy computes
+            return jax.vmap(rm)(mlp.masked_advantages(mlp.apply(spec, p, x), mask), mask)
+
+        def looped(body):
+            def run(p, x, mask):
+                def step(_, carry):
+                    x, total = carry
+                    out = body(p, x, mask)
+                    # the next input depends on the carry, so XLA cannot hoist the forward
+                    # out of the loop; the output feeds `total`, so it cannot drop it
+                    return jnp.roll(x, 1, axis=0), total + out[:, 0]
+
+                zero = jnp.zeros((batch,), jnp.float32)
+                return jax.lax.fori_loop(0, count, step, (x, zero))[1]
+
+            return jax.jit(run)
+
+        self.loops = {"forward": looped(forward), "forward_rm": looped(forward_rm)}
+        self.single = jax.jit(forward)
+        for fn in (*self.loops.values(), self.single):  # compile outside the timings
+            jax.block_until_ready(fn(self.params, self.x, self.mask))
+
+    def time(self, kind: str) -> tuple[float, float]:
+        """(wall, CPU) seconds per forward of `kind`: forward | forward_rm | percall."""
+        args = (self.params, self.x, self.mask)
+        if kind == "percall":
+            wall = cpu = 0.0
+            for _ in range(self.count):
+                _, w, c = timed(self.single, *args)
+                wall, cpu = wall + w, cpu + c
+        else:
+            _, wall, cpu = timed(self.loops[kind], *args)
+        return wall / self.count, cpu / self.count
+
+
+# ----- one lanes value -------------------------------------------------------------
+
+
+def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) -> dict:
+    options = options_for(config, lanes, traversals, mode)
+    backend = make_backend("jax", rules=rules, spec=spec, options=options)
+    seed = int(config.seed)
+
+    def traverse(iteration, traverser):
+        return backend.traverse(networks, seed=seed, iteration=iteration, traverser=traverser)
+
+    _, first_seconds, _ = timed(traverse, 1, 0)  # compiles, then runs iteration 1
+    count = max(args.min_forwards, -(-args.forward_rows // lanes))
+    forwards = ForwardTimer(spec, networks.advantage[0], options.fallback, lanes, count)
+
     runs = []
-    for i in range(repeats):  # distinct iterations (different games), same compiled code
-        seconds, stats = call(2 + i, i % 2)
+    for i in range(args.repeats):  # distinct iterations (other games), same compiled code
+        (_, stats), wall, cpu = timed(traverse, 2 + i, i % 2)
+        fwd_wall, fwd_cpu = forwards.time("forward")
+        rm_wall, _ = forwards.time("forward_rm")
+        call_wall, _ = forwards.time("percall")
+        rate, limit = stats["nodes"] / wall, lanes / fwd_wall
         runs.append(
             {
                 "iteration": 2 + i,
                 "traverser": i % 2,
-                "seconds": seconds,
                 **stats,
-                "nodes_per_second": stats["nodes"] / seconds,
+                "seconds": wall,
+                "cpu_seconds": cpu,
+                "nodes_per_second": rate,
+                "seconds_per_forward": fwd_wall,
+                "cpu_seconds_per_forward": fwd_cpu,
+                "limit_nodes_per_second": limit,
+                "ratio": rate / limit,
+                "forward_share": stats["forward_batches"] * fwd_wall / wall,
+                "seconds_per_forward_with_regret_matching": rm_wall,
+                "seconds_per_forward_python_call": call_wall,
             }
         )
-    rates = [r["nodes_per_second"] for r in runs]
-    by_rate = sorted(runs, key=lambda r: r["nodes_per_second"])
-    median = by_rate[len(by_rate) // 2]  # the median run (repeats odd; upper middle if even)
+
+    def median(key):
+        return statistics.median(r[key] for r in runs)
+
+    totals = {k: sum(r[k] for r in runs) for k in ("nodes", "policy_calls", "forward_batches")}
+    seconds, fwd = median("seconds"), median("seconds_per_forward")
     return {
+        "lanes": lanes,
+        "traversals": traversals,
+        "options": options._asdict(),
         "first_call_seconds": first_seconds,
-        "compile_seconds_estimate": first_seconds - median["seconds"],
-        "median_seconds": median["seconds"],
-        "nodes_per_second": statistics.median(rates),
-        "nodes": median["nodes"],
-        "policy_calls": median["policy_calls"],
-        "forward_batches": median["forward_batches"],
-        "steps": median["steps"],
-        "realised_batch": median["policy_calls"] / max(median["forward_batches"], 1),
+        "compile_seconds_estimate": first_seconds - seconds,
+        "median_seconds": seconds,
+        "nodes_per_call": median("nodes"),
+        "steps": median("steps"),
+        "nodes_per_second": median("nodes_per_second"),
+        "cpu_per_wall": median("cpu_seconds") / seconds,
+        "realised_batch": totals["policy_calls"] / max(totals["forward_batches"], 1),
+        "occupancy": totals["policy_calls"] / max(totals["forward_batches"] * lanes, 1),
+        "forwards_per_node": totals["policy_calls"] / max(totals["nodes"], 1),
+        "forward_share": median("forward_share"),
+        "forward": {
+            "batch": lanes,
+            "forwards_per_timing": count,
+            "seconds_per_forward": fwd,
+            "cpu_per_wall": median("cpu_seconds_per_forward") / fwd,
+            "limit_nodes_per_second": lanes / fwd,
+            "with_regret_matching_rows_per_second": lanes
+            / median("seconds_per_forward_with_regret_matching"),
+            "python_call_rows_per_second": lanes / median("seconds_per_forward_python_call"),
+        },
+        "ratio": median("ratio"),
         "runs": runs,
     }
 
 
-# ----- the forward-only limit ------------------------------------------------------
-
-
-def _timed(fn, *args, repeats: int) -> float:
-    """Median seconds of fn(*args) (blocked), after one warm-up call that compiles."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def bench_forward(rules, spec, options, params, batch: int, count: int, repeats: int) -> dict:
-    """Seconds per forward of `batch` rows: in a loop, per Python call, and with the head."""
-    kx, km = jax.random.split(jax.random.PRNGKey(7))
-    x = jax.random.uniform(kx, (batch, spec.input_size), jnp.float32)
-    mask = jax.random.bernoulli(km, 0.5, (batch, spec.num_actions))
-    mask = mask.at[:, -1].set(True)  # at least one legal action per row
-    rm = functools.partial(pol.regret_matching, fallback=options.fallback)
-
-    def forward(p, x, mask):
-        return mlp.apply(spec, p, x)
-
-    def forward_policy(p, x, mask):  # what the traversal's _regret_policy computes
-        return jax.vmap(rm)(mlp.masked_advantages(mlp.apply(spec, p, x), mask), mask)
-
-    def looped(body):
-        @jax.jit
-        def run(p, x, mask):
-            def step(_, carry):
-                x, total = carry
-                out = body(p, x, mask)
-                # the next input depends on the carry, so XLA cannot hoist the forward
-                # out of the loop; the output feeds `total`, so it cannot drop it
-                return jnp.roll(x, 1, axis=0), total + out[:, 0]
-
-            return jax.lax.fori_loop(0, count, step, (x, jnp.zeros((batch,), jnp.float32)))
-
-        return run
-
-    loop_seconds = _timed(looped(forward), params, x, mask, repeats=repeats) / count
-    head_seconds = _timed(looped(forward_policy), params, x, mask, repeats=repeats) / count
-    call_seconds = _timed(jax.jit(forward), params, x, mask, repeats=repeats * count // 4)
-    return {
-        "batch": batch,
-        "forwards_per_timing": count,
-        "seconds_per_forward": loop_seconds,
-        "limit_nodes_per_second": batch / loop_seconds,
-        "seconds_per_forward_python_call": call_seconds,
-        "per_call_rows_per_second": batch / call_seconds,
-        "seconds_per_forward_with_regret_matching": head_seconds,
-        "with_regret_matching_rows_per_second": batch / head_seconds,
-    }
-
-
 # ----- main --------------------------------------------------------------------------
+
+
+def print_table(results: list[dict]) -> None:
+    columns = [
+        ("lanes", 6, lambda r: f"{r['lanes']}"),
+        ("trav", 6, lambda r: f"{r['traversals']}"),
+        ("steps", 7, lambda r: f"{r['steps']:.0f}"),
+        ("batch", 8, lambda r: f"{r['realised_batch']:.1f}"),
+        ("occup", 7, lambda r: f"{r['occupancy']:.2f}"),
+        ("fwd/node", 9, lambda r: f"{r['forwards_per_node']:.0f}"),
+        ("call s", 8, lambda r: f"{r['median_seconds']:.2f}"),
+        ("cpu/wall", 9, lambda r: f"{r['cpu_per_wall']:.2f}"),
+        ("nodes/s", 10, lambda r: f"{r['nodes_per_second']:,.0f}"),
+        ("fwd limit", 11, lambda r: f"{r['forward']['limit_nodes_per_second']:,.0f}"),
+        ("ratio", 7, lambda r: f"{r['ratio']:.2f}"),
+        ("fwd share", 10, lambda r: f"{r['forward_share']:.2f}"),
+        ("fwd+RM", 10, lambda r: f"{r['forward']['with_regret_matching_rows_per_second']:,.0f}"),
+        ("percall", 10, lambda r: f"{r['forward']['python_call_rows_per_second']:,.0f}"),
+        ("compile s", 10, lambda r: f"{r['compile_seconds_estimate']:.1f}"),
+    ]
+    print("".join(f"{name:>{width}}" for name, width, _ in columns))
+    for r in results:
+        print("".join(f"{cell(r):>{width}}" for _, width, cell in columns))
+    print(
+        "batch: realised batch = policy_calls / forward_batches; occup: batch / lanes;\n"
+        "fwd/node: policy_calls / nodes (network rows evaluated per node); call s: median "
+        "seconds per traversal call;\ncpu/wall: process CPU seconds per wall second of a "
+        "call (above 1: more than one core busy);\nfwd limit: lanes / seconds per forward "
+        "in a jitted loop (network only), nodes/s; ratio: nodes/s / fwd limit\n"
+        "(median of per-repeat ratios); fwd share: forward_batches x seconds per forward / "
+        "call s;\nfwd+RM: the same loop with the masked regret-matching head, rows/s; "
+        "percall: one jitted forward per\nPython call, rows/s; compile s: first call - "
+        "call s (compilation, roughly)."
+    )
 
 
 def main() -> None:
@@ -222,97 +286,51 @@ def main() -> None:
         help="traversals per call; 0 = max(config traversals_per_player, lanes)",
     )
     parser.add_argument(
-        "--sampling-mode",
-        choices=("outcome", "external"),
-        default=None,
-        help="default: the config's",
+        "--sampling-mode", choices=lockstep.SAMPLING_MODES, help="default: the config's"
     )
-    parser.add_argument("--repeats", type=int, default=3, help="timed traversal calls")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per lanes value")
     parser.add_argument(
-        "--forward-count",
+        "--forward-rows",
         type=int,
-        default=100,
-        help="forwards per forward-only timing (one jitted loop)",
+        default=60_000,
+        help="rows per forward-only timing (forwards = rows / lanes, at least --min-forwards)",
     )
+    parser.add_argument("--min-forwards", type=int, default=20)
     parser.add_argument("--json", help="write the figures to this path")
     args = parser.parse_args()
+    lanes_values = [int(v) for v in args.lanes.split(",")]
+    if args.repeats < 1 or min(lanes_values) < 1:
+        parser.error("--repeats and every --lanes value must be >= 1")
+    if args.traversals and max(lanes_values) > args.traversals:
+        parser.error(f"--lanes {max(lanes_values)} exceeds --traversals {args.traversals}")
 
     config = load_config(args.config)
-    rules = Rules(**config.rules.to_dict())
-    spec = mlp.NetworkSpec(
-        input_size=rules.encoding_size,
-        num_actions=rules.num_actions,
-        hidden_size=int(config.network.hidden_size),
-        num_layers=int(config.network.num_layers),
-        activation=config.network.activation,
-    )
-    networks = build_networks(spec, int(config.seed))
+    rules = rules_from_config(config)
+    spec = spec_from_config(config, rules)
+    networks = random_networks(spec, int(config.seed))
     mode = args.sampling_mode or config.traversal.sampling_mode
     quota = int(config.traversal.traversals_per_player)
     print(
-        f"rules: E={rules.encoding_size} A={rules.num_actions}; network "
-        f"{spec.hidden_size}x{spec.num_layers} {spec.activation}; sampling {mode}; "
+        f"{args.config}: E={rules.encoding_size} A={rules.num_actions}, network "
+        f"{spec.hidden_size}x{spec.num_layers} {spec.activation}, {mode} sampling, "
         f"opponent {config.traversal.opponent_policy}; jax {jax.__version__} "
         f"({jax.default_backend()}), {os.cpu_count()} CPUs",
         flush=True,
     )
 
     results = []
-    for lanes in (int(v) for v in args.lanes.split(",")):
+    for lanes in lanes_values:
         traversals = args.traversals or max(quota, lanes)
-        options = build_options(config, lanes, traversals, mode)
-        trav = bench_traversal(rules, spec, options, networks, int(config.seed), args.repeats)
-        fwd = bench_forward(
-            rules,
-            spec,
-            options,
-            networks.advantage[0],
-            lanes,
-            args.forward_count,
-            args.repeats,
-        )
-        row = {"lanes": lanes, "traversals": traversals, **trav, "forward": fwd}
-        limit = fwd["limit_nodes_per_second"]
-        row["ratio"] = trav["nodes_per_second"] / limit
-        row["occupancy"] = trav["policy_calls"] / max(trav["forward_batches"] * lanes, 1)
-        row["forward_share"] = (
-            trav["forward_batches"] * fwd["seconds_per_forward"] / trav["median_seconds"]
-        )
-        row["forwards_per_node"] = trav["policy_calls"] / max(trav["nodes"], 1)
-        row["ratio_to_regret_matching_limit"] = (
-            trav["nodes_per_second"] / fwd["with_regret_matching_rows_per_second"]
-        )
+        row = bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args)
         results.append(row)
         print(
-            f"  lanes {lanes}: compile ~{trav['compile_seconds_estimate']:.1f}s, "
-            f"{trav['nodes_per_second']:,.0f} nodes/s, ratio {row['ratio']:.2f}",
+            f"  lanes {lanes}: first call {row['first_call_seconds']:.1f}s, "
+            f"{row['nodes_per_second']:,.0f} nodes/s, ratio {row['ratio']:.2f}",
             flush=True,
         )
 
-    header = (
-        f"{'lanes':>6}{'trav':>6}{'steps':>7}{'batch':>8}{'occup':>7}{'call s':>8}"
-        f"{'nodes/s':>10}{'fwd limit':>11}{'ratio':>7}{'fwd share':>10}"
-        f"{'fwd+RM':>10}{'percall':>10}{'compile s':>10}"
-    )
     print()
-    print(header)
-    for r in results:
-        f = r["forward"]
-        print(
-            f"{r['lanes']:>6}{r['traversals']:>6}{r['steps']:>7}{r['realised_batch']:>8.1f}"
-            f"{r['occupancy']:>7.2f}{r['median_seconds']:>8.2f}{r['nodes_per_second']:>10,.0f}"
-            f"{f['limit_nodes_per_second']:>11,.0f}{r['ratio']:>7.2f}{r['forward_share']:>10.2f}"
-            f"{f['with_regret_matching_rows_per_second']:>10,.0f}"
-            f"{f['per_call_rows_per_second']:>10,.0f}{r['compile_seconds_estimate']:>10.1f}"
-        )
-    print(
-        "\nbatch = realised batch (policy_calls / forward_batches); occup = batch / lanes;"
-        " call s = median seconds per run_traversals call;\nfwd limit = "
-        + LIMIT_DEFINITION.split("; ratio")[0].removeprefix("forward-only limit = ")
-        + ";\nratio = nodes/s / fwd limit; fwd share = forward_batches x seconds per forward"
-        " / call s;\nfwd+RM = same loop with masked regret matching (rows/s); percall = one"
-        " jitted forward per Python call (rows/s)."
-    )
+    print_table(results)
     best = max(results, key=lambda r: r["ratio"])
     fastest = max(results, key=lambda r: r["nodes_per_second"])
     print(
@@ -339,8 +357,7 @@ def main() -> None:
                 "num_layers": spec.num_layers,
                 "activation": spec.activation,
             },
-            "options": build_options(config, 0, 0, mode)._asdict()
-            | {"lanes": "per result", "num_traversals": "per result"},
+            "sampling_mode": mode,
             "repeats": args.repeats,
             "limit_definition": LIMIT_DEFINITION,
             "results": results,

@@ -160,3 +160,30 @@ def test_max_minutes_stops_and_keeps_the_progress(tmp_path):
     state = Trainer(config, tmp_path).run()
     assert 1 <= state.iteration < 50
     assert checkpoint.latest(tmp_path / "checkpoints").name == f"ckpt_{state.iteration:08d}"
+
+
+def test_league_keeps_the_last_snapshots_of_the_strategy_network(tmp_path):
+    config = smoke_config(
+        **{
+            "run.max_iterations": 3,
+            "traversal.opponent_policy": "league",
+            "self_play.league_size": 2,
+            "self_play.snapshot_every": 1,
+        }
+    )
+    trainer = Trainer(config, tmp_path)
+    state = trainer.initial_state()
+    snapshots = []
+    for _ in range(3):
+        state, row = trainer.iteration(state)
+        snapshots.append(state.strategy_params)
+        assert row["traversal/nodes"] > 0
+    # the initial network counts as snapshot 0; iterations 1..3 took snapshots 1..3
+    assert state.league_added == 4
+    assert int(trainer.networks(state).league_count) == 2
+    expected = {0: snapshots[1], 1: snapshots[2]}  # ring of 2: 3 % 2 = 1 holds iteration 3
+    for slot, params in expected.items():
+        for stacked, leaf in zip(
+            jax.tree.leaves(state.league), jax.tree.leaves(params), strict=True
+        ):
+            np.testing.assert_array_equal(np.asarray(stacked[slot]), np.asarray(leaf))

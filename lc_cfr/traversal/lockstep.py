@@ -351,8 +351,13 @@ class _Machine:
         rank = jnp.cumsum(idle) - 1
         new = lanes.next_traversal + rank
         start = idle & (new < self.o.num_traversals)
-        games = jax.vmap(engine.init, in_axes=(None, None, 0, None))(
-            self.rules, self.seed, self.game_index(new), self.iteration
+        # Dealing sorts a whole deck per lane: do it only on steps where a lane starts.
+        games = jax.lax.cond(
+            jnp.any(start),
+            lambda: jax.vmap(engine.init, in_axes=(None, None, 0, None))(
+                self.rules, self.seed, self.game_index(new), self.iteration
+            ),
+            lambda: lanes.game,
         )
         count = jnp.maximum(self.networks.league_count, 1)
         snapshot_bits = rng.random_bits(

@@ -107,7 +107,7 @@ def outcome_targets(
       (sampled-counterfactual) regret.
     * `zero`: r(a*) = (1 - sigma(a*)) v~ and 0 elsewhere. Biased: a is sampled with
       probability sigma'(a), so E[r(a)] = sigma'(a) * v(a)(1 - sigma(a)) / sigma'(a)
-      = v(a)(1 - pi(a)): it drops the -sum_b sigma(b) v(b) baseline of every unsampled
+      = v(a)(1 - sigma(a)): it drops the -sum_b sigma(b) v(b) baseline of every unsampled
       action, which favours actions by their raw value rather than their advantage.
 
     Args:
