@@ -17,7 +17,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0  # every random choice derives from it (SPEC section 2)
     # Utility = score difference / utility_scale: keeps regret targets near unit scale.
-    config.utility_scale = 100.0
+    config.utility_scale = 100.0  # points per utility unit
 
     # The game variant (SPEC section 1, docs/game.md).
     config.rules = ml_collections.ConfigDict()
@@ -44,20 +44,20 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.traversal.outcome_sampling_epsilon = 0.6  # traverser exploration mix
     config.traversal.outcome_sampling_value_clip = 20.0  # |importance-weighted value| cap; 0 = off
     # Targets of unsampled actions: negative_node_value (unbiased) | zero (biased).
-    config.traversal.outcome_unsampled_regret = "negative_node_value"
+    config.traversal.outcome_unsampled_regret = "negative_node_value"  # see line above
     config.traversal.max_depth = 2  # external: traverser decisions expanded in full
     config.traversal.cutoff_turns = 0  # cut a traversal off after this many turns; 0 = never
     config.traversal.cutoff_value_mode = "score_diff"  # score_diff | rollouts
     config.traversal.cutoff_rollouts = 4  # playouts averaged per cut-off (rollouts mode)
     config.traversal.cutoff_rollout_policy = "random"  # policy of both players in playouts
     # network | average_strategy | league (bot names come with the evaluation issue)
-    config.traversal.opponent_policy = "network"
+    config.traversal.opponent_policy = "network"  # the non-traverser's policy
     # Where strategy samples are stored: opponent (Brown et al.) | traverser | both.
-    config.traversal.strategy_samples = "opponent"
+    config.traversal.strategy_samples = "opponent"  # storage nodes (see line above)
 
     config.regret_matching = ml_collections.ConfigDict()
     # When no advantage is positive: argmax_tiebreak (lowest index wins ties) | uniform.
-    config.regret_matching.all_negative_fallback = "argmax_tiebreak"
+    config.regret_matching.all_negative_fallback = "argmax_tiebreak"  # see line above
 
     config.training_weighting = ml_collections.ConfigDict()
     config.training_weighting.mode = "lcfr"  # lcfr (weight = iteration) | uniform
@@ -67,24 +67,24 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.self_play.snapshot_every = 10  # iterations between snapshots
 
     config.network = ml_collections.ConfigDict()
-    config.network.hidden_size = 512
+    config.network.hidden_size = 512  # units per hidden layer
     config.network.num_layers = 3  # hidden layers
     config.network.activation = "relu"  # relu | gelu | tanh | silu
 
     config.optimization = ml_collections.ConfigDict()
-    config.optimization.learning_rate = 1e-3
-    config.optimization.weight_decay = 0.0
+    config.optimization.learning_rate = 1e-3  # AdamW, all three networks
+    config.optimization.weight_decay = 0.0  # AdamW decoupled weight decay
     config.optimization.grad_clip = 1.0  # global norm; 0 = off
     config.optimization.advantage_updates = 512  # updates per iteration per network
-    config.optimization.advantage_batch_size = 1024
-    config.optimization.strategy_updates = 512
-    config.optimization.strategy_batch_size = 1024
+    config.optimization.advantage_batch_size = 1024  # samples per update
+    config.optimization.strategy_updates = 512  # updates per strategy training
+    config.optimization.strategy_batch_size = 1024  # samples per update
     config.optimization.advantage_init = "scratch"  # scratch | warm_start
     config.optimization.strategy_train_every = 1  # iterations between strategy training
 
     config.memory = ml_collections.ConfigDict()
     config.memory.advantage_capacity = 2_000_000  # per player
-    config.memory.strategy_capacity = 2_000_000
+    config.memory.strategy_capacity = 2_000_000  # shared by both players
 
     config.checkpoint = ml_collections.ConfigDict()
     config.checkpoint.save_latest = True  # overwrite checkpoints/latest every iteration

@@ -325,6 +325,8 @@ class Trainer:
         for name, memory in memories.items():
             for key, value in reservoir.to_numpy(memory).items():
                 arrays[f"{name}/{key}"] = np.asarray(value)
+        # The only RNG state: every key is fold_in(base_key, iteration, player, purpose).
+        arrays["rng/base_key"] = np.asarray(jax.random.key_data(self.base_key))
         return arrays
 
     def _from_arrays(self, arrays: dict, meta: dict) -> TrainState:
@@ -346,6 +348,11 @@ class Trainer:
                 {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
             )
 
+        saved_key = arrays.get("rng/base_key")
+        if saved_key is None or not np.array_equal(
+            saved_key, np.asarray(jax.random.key_data(self.base_key))
+        ):
+            raise ValueError("the checkpoint's RNG state does not match config.seed")
         return TrainState(
             iteration=meta["iteration"],
             advantage_params=restore("advantage_params", template.advantage_params),
