@@ -11,6 +11,12 @@ extensions = [
         include_dirs=[numpy.get_include(), "lc_cfr/game"],
         extra_compile_args=["-O3"],
     ),
+    Extension(
+        "lc_cfr.bots.cy_bots",
+        ["lc_cfr/bots/cy_bots.pyx"],
+        include_dirs=[numpy.get_include(), "lc_cfr/game"],
+        extra_compile_args=["-O3"],
+    ),
 ]
 
 setup(

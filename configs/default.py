@@ -4,9 +4,9 @@
     python -m lc_cfr.main --config=configs/default.py:smoke   # a few tiny iterations
 
 The defaults mirror the predecessor's seeds: 280 traversals per player, a 512x3 network,
-512 updates of batch 1024 per network, 2M-sample memories. (The seeds' evaluation
-every 25 iterations comes with the evaluation block, with the bots.) Only the trainer
-reads this file; every helper takes explicit arguments.
+512 updates of batch 1024 per network, 2M-sample memories, evaluation every 25
+iterations (mirrored, 1000 games per opponent where the seeds had 100 unmirrored). Only
+the trainer reads this file; every helper takes explicit arguments.
 """
 
 import ml_collections
@@ -49,8 +49,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.traversal.cutoff_turns = 0  # cut a traversal off after this many turns; 0 = never
     config.traversal.cutoff_value_mode = "score_diff"  # score_diff | rollouts
     config.traversal.cutoff_rollouts = 4  # playouts averaged per cut-off (rollouts mode)
-    config.traversal.cutoff_rollout_policy = "random"  # policy of both players in playouts
-    # network | average_strategy | league (bot names come with the evaluation issue)
+    config.traversal.cutoff_rollout_policy = "random"  # bot both players use in playouts
+    # network | average_strategy | league | a bot name (lc_cfr.bots.BOT_NAMES)
     config.traversal.opponent_policy = "network"  # the non-traverser's policy
     # Where strategy samples are stored: opponent (Brown et al.) | traverser | both.
     config.traversal.strategy_samples = "opponent"  # storage nodes (see line above)
@@ -85,6 +85,23 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.memory = ml_collections.ConfigDict()
     config.memory.advantage_capacity = 2_000_000  # per player
     config.memory.strategy_capacity = 2_000_000  # shared by both players
+
+    # Mirrored evaluation against bots (lc_cfr.eval): every deal is played twice, seats
+    # swapped, so `games` must be even. Names are comma-separated.
+    config.evaluation = ml_collections.ConfigDict()
+    config.evaluation.eval_every = 25  # iterations between evaluations; 0 = never
+    config.evaluation.opponents = "random,safe_heuristic"  # bots met every eval_every
+    config.evaluation.games = 1000  # games per view and opponent
+    config.evaluation.extended_eval_every = 100  # iterations between full evaluations; 0 = never
+    config.evaluation.extended_opponents = (
+        "random,passive_discard,safe_heuristic,safe_heuristic_loose,"
+        "safe_heuristic_strict,noisy_safe"
+    )  # bots met every extended_eval_every (replaces the regular set on those iterations)
+    config.evaluation.extended_games = 2000  # games per view and opponent
+    config.evaluation.views = "average_strategy,current"  # policy views evaluated
+    config.evaluation.mode = "greedy"  # greedy | sampled play of the views
+    config.evaluation.seed = 20261130  # deals (iteration word 0) and sampled actions
+    config.evaluation.lanes = 0  # games in flight at once; 0 = the evaluator's default
 
     config.checkpoint = ml_collections.ConfigDict()
     config.checkpoint.save_latest = True  # overwrite checkpoints/latest every iteration
@@ -121,3 +138,7 @@ def _smoke(config: ml_collections.ConfigDict) -> None:
     config.memory.advantage_capacity = 4096
     config.memory.strategy_capacity = 4096
     config.checkpoint.save_every = 2
+    config.evaluation.eval_every = 3  # once, at the end, against one bot
+    config.evaluation.opponents = "random"
+    config.evaluation.games = 8
+    config.evaluation.extended_eval_every = 0

@@ -39,6 +39,20 @@ CASES = {
         lanes=2,
     ),
     "external_cutoff_score_lanes1": dict(sampling_mode="external", cutoff_turns=4, lanes=1),
+    "outcome_bot_opponent_safe_rollouts": dict(
+        opponent_policy="noisy_safe",
+        cutoff_turns=3,
+        cutoff_value_mode="rollouts",
+        rollout_policy="safe_heuristic",
+    ),
+    "external_bot_opponent_random_rollouts": dict(
+        sampling_mode="external",
+        opponent_policy="safe_heuristic_loose",
+        cutoff_turns=4,
+        cutoff_value_mode="rollouts",
+        rollout_policy="random",
+        lanes=3,
+    ),
 }
 
 
@@ -70,7 +84,11 @@ def test_lockstep_equals_reference(case):
     assert int(stats.rollout_decisions) == result.stats["rollouts"]
     if "cutoff" in case:
         assert int(stats.cutoffs) > 0
-    if "external" not in case and CASES[case].get("opponent_policy", "network") == "network":
+    one_network = CASES[case].get("opponent_policy", "network") not in (
+        "league",
+        "average_strategy",
+    )
+    if "external" not in case and one_network:
         # mover-synchronised lockstep: one forward per step for every busy lane
         assert int(stats.policy_calls) == int(stats.nodes)
 
@@ -100,6 +118,7 @@ def test_options_are_validated_naming_the_field():
     bad = [
         (dict(sampling_mode="full"), "traversal.sampling_mode"),
         (dict(opponent_policy="safe"), "traversal.opponent_policy"),
+        (dict(rollout_policy="network"), "traversal.cutoff_rollout_policy"),
         (dict(cutoff_value_mode="net"), "traversal.cutoff_value_mode"),
         (dict(fallback="zero"), "regret_matching.all_negative_fallback"),
         (dict(unsampled_regret="half"), "traversal.outcome_unsampled_regret"),

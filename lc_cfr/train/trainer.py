@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from lc_cfr.bots import BOT_NAMES
+from lc_cfr.eval import evaluate
 from lc_cfr.game.rules import Rules
 from lc_cfr.learn import Learner, make_optimizer
 from lc_cfr.learn.learner import check_weighting
@@ -90,6 +92,41 @@ def options_from_config(config) -> lockstep.TraversalOptions:
     )
 
 
+def _names(text: str, field: str, valid) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    bad = [name for name in names if name not in valid]
+    if bad or not names:
+        raise ValueError(f"{field}: unknown or missing names {bad or text!r}; valid: {list(valid)}")
+    return names
+
+
+def _evaluation_plan(config) -> dict:
+    """The `evaluation` block as explicit, validated arguments of `lc_cfr.eval.evaluate`."""
+    e = config.evaluation
+    for field in ("eval_every", "extended_eval_every", "lanes"):
+        if e[field] < 0:
+            raise ValueError(f"evaluation.{field} must be >= 0, got {e[field]}")
+    for field in ("games", "extended_games"):
+        if e[field] < 2 or e[field] % 2:
+            raise ValueError(f"evaluation.{field} must be even and >= 2 (mirrored deals)")
+    if e.mode not in ("greedy", "sampled"):
+        raise ValueError(f"evaluation.mode must be 'greedy' or 'sampled', got {e.mode!r}")
+    return {
+        "every": e.eval_every,
+        "opponents": _names(e.opponents, "evaluation.opponents", BOT_NAMES),
+        "games": e.games,
+        "extended_every": e.extended_eval_every,
+        "extended_opponents": _names(
+            e.extended_opponents, "evaluation.extended_opponents", BOT_NAMES
+        ),
+        "extended_games": e.extended_games,
+        "views": _names(e.views, "evaluation.views", ("average_strategy", "current")),
+        "mode": e.mode,
+        "seed": e.seed,
+        "lanes": e.lanes or None,
+    }
+
+
 def _flat_config(config) -> dict:
     out = {}
 
@@ -154,6 +191,7 @@ class Trainer:
             if config.memory[field] < 1:
                 raise ValueError(f"memory.{field} must be >= 1, got {config.memory[field]}")
         self._add = jax.jit(reservoir.reservoir_add, donate_argnums=0)
+        self.evaluation = _evaluation_plan(config)
         self.base_key = jax.random.PRNGKey(config.seed)
 
     # ----- randomness: a pure function of (seed, iteration, player, purpose) -----------
@@ -289,7 +327,6 @@ class Trainer:
         row.update(timing)
         # Batches are gathered inside the jitted training scan: no host-side tensor building.
         row["batch_tensor_seconds"] = 0.0
-        row["evaluation_seconds"] = 0.0  # evaluation lands with the evaluation issue
         new_state = TrainState(
             iteration=t,
             advantage_params=tuple(adv_params),
@@ -301,7 +338,33 @@ class Trainer:
             league=league,
             league_added=added,
         )
+        start = time.perf_counter()
+        row.update(self.evaluate(new_state))
+        row["evaluation_seconds"] = time.perf_counter() - start
         return new_state, row
+
+    def evaluate(self, state: TrainState) -> dict:
+        """Mirrored evaluation on the schedule of the `evaluation` block ({} when off)."""
+        plan = self.evaluation
+        t = state.iteration
+        if plan["extended_every"] and t % plan["extended_every"] == 0:
+            opponents, games = plan["extended_opponents"], plan["extended_games"]
+        elif plan["every"] and t % plan["every"] == 0:
+            opponents, games = plan["opponents"], plan["games"]
+        else:
+            return {}
+        views = {"average_strategy": state.strategy_params, "current": state.advantage_params}
+        return evaluate(
+            self.rules,
+            self.spec,
+            {view: views[view] for view in plan["views"]},
+            opponents=opponents,
+            games=games,
+            view_modes=plan["mode"],
+            seed=plan["seed"],
+            fallback=self.config.regret_matching.all_negative_fallback,
+            lanes=plan["lanes"],
+        )
 
     # ----- checkpoints -------------------------------------------------------------
 
@@ -333,14 +396,7 @@ class Trainer:
         template = self.initial_state()
 
         def restore(name, tree):
-            leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
-            values = []
-            for path, leaf in leaves:
-                key = name + jax.tree_util.keystr(path)
-                if key not in arrays or arrays[key].shape != np.shape(leaf):
-                    raise ValueError(f"checkpoint field {key} is missing or has another shape")
-                values.append(jnp.asarray(arrays[key], dtype=jnp.asarray(leaf).dtype))
-            return jax.tree_util.tree_unflatten(jax.tree.structure(tree), values)
+            return read_tree(arrays, name, tree)
 
         def memory(name):
             prefix = name + "/"
@@ -377,6 +433,22 @@ class Trainer:
             return None
         arrays, meta = checkpoint.load(path)
         return self._from_arrays(arrays, meta), meta.get("metrics")
+
+    def load_networks(self, iteration: int | None = None):
+        """(iteration, advantage params pair, strategy params) of a checkpoint.
+
+        Reads only the network arrays (no memories), for evaluation and play. Raises
+        FileNotFoundError when the run has no such checkpoint.
+        """
+        path = checkpoint.find(self.workdir / "checkpoints", iteration)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint in {self.workdir / 'checkpoints'} yet")
+        template = jax.eval_shape(lambda: mlp.init_params(self.spec, jax.random.PRNGKey(0)))
+        meta = json.loads((path / "meta.json").read_text())
+        with np.load(path / "arrays.npz") as arrays:
+            advantage = read_tree(arrays, "advantage_params", (template, template))
+            strategy = read_tree(arrays, "strategy_params", template)
+        return meta["iteration"], advantage, strategy
 
     def _check_resumable(self) -> None:
         saved_path = self.workdir / "config.json"
@@ -441,6 +513,21 @@ class Trainer:
             progress.close()
             metrics.close()
         return state
+
+
+def read_tree(arrays, name: str, template):
+    """The pytree shaped like `template` whose leaves are arrays[name + path]."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(template)
+    values = []
+    for path, leaf in leaves:
+        key = name + jax.tree_util.keystr(path)
+        if key not in arrays or arrays[key].shape != np.shape(leaf):
+            raise ValueError(
+                f"checkpoint field {key} is missing or not of shape {np.shape(leaf)} "
+                "(does config.json match the checkpoint?)"
+            )
+        values.append(jnp.asarray(arrays[key], dtype=leaf.dtype))
+    return jax.tree_util.tree_unflatten(jax.tree.structure(template), values)
 
 
 def _has_row(path: pathlib.Path, iteration: int) -> bool:

@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from lc_cfr.bots import BOT_NAMES
+from lc_cfr.bots.jax_bots import bot_action
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
@@ -32,9 +34,9 @@ from lc_cfr.traversal import policy as pol
 IDLE, DECIDE, RETURN, ROLLOUT = 0, 1, 2, 3
 
 SAMPLING_MODES = ("outcome", "external")
-OPPONENT_POLICIES = ("network", "average_strategy", "league")
+OPPONENT_POLICIES = ("network", "average_strategy", "league") + BOT_NAMES
 CUTOFF_VALUE_MODES = ("score_diff", "rollouts")
-ROLLOUT_POLICIES = ("random",)
+ROLLOUT_POLICIES = BOT_NAMES  # both players play the bot in a cut-off playout
 STRATEGY_SAMPLE_NODES = ("opponent", "traverser", "both")
 
 
@@ -386,12 +388,15 @@ class _Machine:
     def _strategy_policy(self, params, obs, mask):
         return mlp.masked_policy(mlp.apply(self.spec, params, obs), mask)
 
-    def _opponent_policy(self, obs, mask, snapshot):
+    def _opponent_policy(self, lanes, obs, mask, snapshot):
         """(policy played, policy stored as a strategy sample, forwards run)."""
         mode = self.o.opponent_policy
         current = self._regret_policy(self.opponent_params, obs, mask)
         if mode == "network":
             return current, current, 1
+        if mode in BOT_NAMES:  # a bot's choice, as a one-hot policy
+            choice = self._bot(mode, lanes)
+            return jax.nn.one_hot(choice, mask.shape[-1], dtype=jnp.float32), current, 1
         if mode == "average_strategy":
             return self._strategy_policy(self.networks.strategy, obs, mask), current, 2
         league = jax.vmap(lambda p: self._strategy_policy(p, obs, mask))(self.networks.league)
@@ -409,12 +414,12 @@ class _Machine:
                 return played, played, jnp.int32(1)
 
             def other(_):
-                played, sample, calls = self._opponent_policy(obs, mask, lanes.snapshot)
+                played, sample, calls = self._opponent_policy(lanes, obs, mask, lanes.snapshot)
                 return played, sample, jnp.int32(calls)
 
             return jax.lax.cond(mover == self.traverser, own, other, None)
         own_policy = self._regret_policy(self.own_params, obs, mask)
-        played, sample, calls = self._opponent_policy(obs, mask, lanes.snapshot)
+        played, sample, calls = self._opponent_policy(lanes, obs, mask, lanes.snapshot)
         chosen = jnp.where(is_traverser[:, None], own_policy, played)
         stored = jnp.where(is_traverser[:, None], own_policy, sample)
         return chosen, stored, jnp.int32(calls + 1)
@@ -614,15 +619,23 @@ class _Machine:
         )
         return self.arrive(lanes, go_on)
 
+    def _bot(self, name: str, lanes: _Lanes):
+        """[L] the bot's action in every lane's position (keyed by the draw counter)."""
+        return jax.vmap(bot_action, in_axes=(None, None, 0, None, None, 0, 0))(
+            self.rules,
+            name,
+            lanes.game,
+            self.seed,
+            self.iteration,
+            self.game_index(lanes.traversal),
+            lanes.draws,
+        )
+
     def play_out(self, lanes: _Lanes) -> _Lanes:
-        """One decision of every lane's cut-off playout (uniformly random legal play)."""
+        """One decision of every lane's cut-off playout: both players play the bot."""
         r = self.rules
         rolling = lanes.mode == ROLLOUT
-        bits = self.bits(lanes, rng.Purpose.ROLLOUT)
-        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(r, lanes.game)
-        count = jnp.maximum(jnp.sum(mask, axis=1), 1)
-        choice = rng.below(bits, count)
-        action = jnp.argmax(jnp.cumsum(mask, axis=1) > choice[:, None], axis=1).astype(jnp.int32)
+        action = self._bot(self.o.rollout_policy, lanes)
         game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, lanes.game, action)
         game = _tree_where(rolling, game, lanes.game)
         finished = rolling & game.terminal

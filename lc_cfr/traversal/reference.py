@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lc_cfr.bots import BOT_NAMES
+from lc_cfr.bots.jax_bots import bot_action
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
@@ -78,6 +80,7 @@ class ReferenceTraversal:
         self._explore = jax.jit(pol.explore, static_argnums=2)
         self._sample = jax.jit(pol.sample_action)
         self._bits = jax.jit(rng.random_bits)
+        self._bot = jax.jit(functools.partial(bot_action, r), static_argnums=0)
         self._weights_after = jax.jit(pol.weights_after)
         self._node_regrets = jax.jit(pol.node_regrets)
         self._targets = jax.jit(
@@ -113,10 +116,17 @@ class ReferenceTraversal:
         current = self._regret_policy(_select(self.networks.advantage, mover), obs, mask)
         if mover == self.traverser or self.o.opponent_policy == "network":
             return current, current
+        if self.o.opponent_policy in BOT_NAMES:
+            action = self._bot_action(self.o.opponent_policy, state)
+            return jax.nn.one_hot(action, self.rules.num_actions, dtype=jnp.float32), current
         if self.o.opponent_policy == "average_strategy":
             return self._strategy_policy(self.networks.strategy, obs, mask), current
         league = jax.tree.map(lambda x: x[self.snapshot], self.networks.league)
         return self._strategy_policy(league, obs, mask), current
+
+    def _bot_action(self, name: str, state) -> int:
+        """The bot's move, keyed by the traversal's draw counter (no draw is taken)."""
+        return int(self._bot(name, state, self.seed, self.iteration, self.game, self.draws))
 
     def _store_strategy(self, is_traverser: bool) -> bool:
         where = self.o.strategy_samples
@@ -148,10 +158,9 @@ class ReferenceTraversal:
         for _ in range(self.o.cutoff_rollouts):
             game = state
             while not bool(game.terminal):
-                mask = np.asarray(self._mask(game))
-                bits = self._draw(rng.Purpose.ROLLOUT)
-                choice = int(rng.below(bits, max(int(mask.sum()), 1)))
-                game = self._step(game, int(np.flatnonzero(mask)[choice]))
+                action = self._bot_action(self.o.rollout_policy, game)
+                self.draws += 1
+                game = self._step(game, action)
                 self.stats["rollouts"] += 1
             total = total + self._utility(game)
         return total * jnp.float32(1.0 / self.o.cutoff_rollouts)

@@ -1,0 +1,41 @@
+"""Evaluation: policy views and bots against bots, every deal mirrored, in lockstep.
+
+`evaluate` (the trainer's entry point) and `evaluate_bots` return flat
+`eval/<view>/<opponent>/<metric>` dicts; `games.play` gives the per-game records.
+The game, randomness and lockstep layout are documented in `lc_cfr.eval.games`, the
+metrics in `lc_cfr.eval.metrics`.
+"""
+
+from lc_cfr.eval.api import evaluate, evaluate_bots, metric_key
+from lc_cfr.eval.games import (
+    DEFAULT_LANES,
+    MODES,
+    VIEWS,
+    Agent,
+    GameRecords,
+    PlayResult,
+    bot_agent,
+    network_agent,
+    play,
+    trace_count,
+)
+from lc_cfr.eval.metrics import METRICS, TIMING_METRICS, summarize
+
+__all__ = [
+    "DEFAULT_LANES",
+    "METRICS",
+    "MODES",
+    "TIMING_METRICS",
+    "VIEWS",
+    "Agent",
+    "GameRecords",
+    "PlayResult",
+    "bot_agent",
+    "evaluate",
+    "evaluate_bots",
+    "metric_key",
+    "network_agent",
+    "play",
+    "summarize",
+    "trace_count",
+]

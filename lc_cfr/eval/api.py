@@ -1,0 +1,126 @@
+"""The evaluation entry points: policy views against bots, and bot against bot.
+
+Both take explicit arguments (no config). The trainer calls `evaluate` every
+`eval_every` iterations with new parameters of the same shapes: the compiled loop of each
+(rules, network shape, view, mode, opponent, games, lanes) is reused, so only the first
+call compiles.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lc_cfr.bots import check_bot_name
+from lc_cfr.eval import games as eval_games
+from lc_cfr.eval.metrics import summarize
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+
+
+def metric_key(view: str, opponent: str, metric: str) -> str:
+    return f"eval/{view}/{opponent}/{metric}"
+
+
+def _check_opponents(opponents: Sequence[str], field: str) -> tuple[str, ...]:
+    if isinstance(opponents, str) or not opponents:
+        raise ValueError(f"{field} must be a non-empty sequence of bot names, got {opponents!r}")
+    return tuple(check_bot_name(name, field) for name in opponents)
+
+
+def _timed_metrics(result: eval_games.PlayResult, seconds: float) -> dict[str, float]:
+    metrics = summarize(result.records)
+    decisions = float(result.records.decisions.sum())
+    metrics.update(
+        seconds=seconds,
+        compile_seconds=result.compile_seconds,
+        run_seconds=result.run_seconds,
+        games_per_second=metrics["games"] / max(result.run_seconds, 1e-9),
+        lane_utilisation=decisions / max(2 * result.rows, 1),
+    )
+    return metrics
+
+
+def evaluate(
+    rules: Rules,
+    spec: mlp.NetworkSpec,
+    params_views: Mapping[str, Any],
+    *,
+    opponents: Sequence[str],
+    games: int,
+    view_modes: str | Mapping[str, str] = "greedy",
+    seed: int = 0,
+    fallback: str = "argmax_tiebreak",
+    lanes: int | None = None,
+) -> dict[str, float]:
+    """Evaluates policy views against bots; every deal is played twice, seats swapped.
+
+    Args:
+      rules: the game variant.
+      spec: the shape of every network.
+      params_views: view name -> parameters, views among `average_strategy` (the strategy
+        network's params) and `current` (the pair (player 0's, player 1's) advantage
+        networks' params).
+      opponents: bot names.
+      games: even number of games per (view, opponent): games / 2 deals.
+      view_modes: `greedy` or `sampled` for every view, or a mapping view -> mode.
+      seed: the evaluation seed (deals and sampled actions; see `lc_cfr.eval.games`).
+      fallback: regret matching's all-negative fallback for `current`
+        (`regret_matching.all_negative_fallback` of the run).
+      lanes: games in flight at once (even; `games.DEFAULT_LANES` when None).
+
+    Returns:
+      {`eval/<view>/<opponent>/<metric>`: float} for the metrics of `lc_cfr.eval.metrics`.
+    """
+    if not params_views:
+        raise ValueError("params_views must name at least one view")
+    for view in params_views:
+        if view not in eval_games.VIEWS:
+            raise ValueError(
+                f"params_views: unknown view {view!r}; valid: {list(eval_games.VIEWS)}"
+            )
+    if isinstance(view_modes, str):
+        view_modes = dict.fromkeys(params_views, view_modes)
+    missing = sorted(set(params_views) - set(view_modes))
+    if missing:
+        raise ValueError(f"view_modes has no mode for view(s) {missing}")
+    opponents = _check_opponents(opponents, "opponents")
+    eval_games.check_games(games, lanes)
+    agents = {
+        view: eval_games.network_agent(view, view_modes[view], fallback) for view in params_views
+    }
+    out: dict[str, float] = {}
+    for view, params in params_views.items():
+        for opponent in opponents:
+            start = time.perf_counter()
+            result = eval_games.play(
+                rules, spec, agents[view], opponent, params, games=games, seed=seed, lanes=lanes
+            )
+            metrics = _timed_metrics(result, time.perf_counter() - start)
+            out.update({metric_key(view, opponent, k): v for k, v in metrics.items()})
+    return out
+
+
+def evaluate_bots(
+    rules: Rules,
+    *,
+    agent: str,
+    opponents: Sequence[str],
+    games: int,
+    seed: int = 0,
+    lanes: int | None = None,
+) -> dict[str, float]:
+    """Evaluates bot `agent` against bots: `eval/<agent>/<opponent>/<metric>`."""
+    bot = eval_games.bot_agent(agent, "agent")
+    opponents = _check_opponents(opponents, "opponents")
+    eval_games.check_games(games, lanes)
+    out: dict[str, float] = {}
+    for opponent in opponents:
+        start = time.perf_counter()
+        result = eval_games.play(
+            rules, None, bot, opponent, None, games=games, seed=seed, lanes=lanes
+        )
+        metrics = _timed_metrics(result, time.perf_counter() - start)
+        out.update({metric_key(agent, opponent, k): v for k, v in metrics.items()})
+    return out

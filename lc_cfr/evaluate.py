@@ -1,0 +1,261 @@
+"""Evaluates a saved run, or a bot, against the bots.
+
+    python -m lc_cfr.evaluate --workdir=RUN [--checkpoint=STEP] [--opponents=a,b]
+        [--games=N] [--views=average_strategy,current] [--mode=greedy|sampled]
+        [--seed=S] [--lanes=L] [--json=PATH]
+    python -m lc_cfr.evaluate --agent=safe_heuristic [--rules=n_colors=2,hand_size=3] ...
+
+With --workdir the run's config is rebuilt from RUN/config.json and checkpoint STEP (the
+latest by default) is restored; its policy views are evaluated (`average_strategy`, the
+strategy network; `current`, regret matching on the advantage networks with the run's
+`regret_matching.all_negative_fallback`). With --agent the named bot plays the evaluated
+seat instead, on the default rules or those of --rules. Every deal is played twice with
+the seats swapped, so --games must be even; see `lc_cfr.eval` for the deals, the
+randomness and the metrics. A table goes to stdout; --json writes every metric.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+from typing import NamedTuple
+
+import jax
+import ml_collections
+from absl import app, flags
+
+from lc_cfr.bots import BOT_NAMES, check_bot_name
+from lc_cfr.eval import games as eval_games
+from lc_cfr.eval.api import evaluate, evaluate_bots
+from lc_cfr.game import rng
+from lc_cfr.game.rules import Rules
+
+ALL_OPPONENTS = ",".join(BOT_NAMES)
+ALL_VIEWS = ",".join(eval_games.VIEWS)
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory to evaluate (or use --agent).")
+_CHECKPOINT = flags.DEFINE_integer("checkpoint", None, "Iteration to restore (default: latest).")
+_AGENT = flags.DEFINE_string("agent", None, "Bot to evaluate instead of a run (bot vs bot).")
+_OPPONENTS = flags.DEFINE_string("opponents", ALL_OPPONENTS, "Comma-separated bot names.")
+_GAMES = flags.DEFINE_integer("games", 200, "Games per opponent (even: each deal twice).")
+_VIEWS = flags.DEFINE_string("views", ALL_VIEWS, "Policy views of the run (comma-separated).")
+_MODE = flags.DEFINE_string("mode", "greedy", "greedy (argmax) or sampled.")
+_SEED = flags.DEFINE_integer("seed", 0, "Evaluation seed (deals, sampled actions).")
+_LANES = flags.DEFINE_integer("lanes", None, "Games in flight at once (even).")
+_RULES = flags.DEFINE_string("rules", None, "With --agent: rules overrides, e.g. n_colors=2.")
+_JSON = flags.DEFINE_string("json", None, "Write the metrics to this JSON file.")
+
+
+class Request(NamedTuple):
+    workdir: str | None
+    checkpoint: int | None
+    agent: str | None
+    opponents: tuple[str, ...]
+    games: int
+    views: tuple[str, ...]
+    mode: str
+    seed: int
+    lanes: int | None
+    rules: Rules | None
+    json: str | None
+
+
+def _names(text: str | None, flag: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in (text or "").split(",") if part.strip())
+    if not names:
+        raise app.UsageError(f"--{flag} must name at least one entry, got {text!r}")
+    if len(set(names)) != len(names):
+        raise app.UsageError(f"--{flag} names an entry twice: {text!r}")
+    return names
+
+
+def _parse_rules(text: str | None) -> Rules:
+    if not text:
+        return Rules()
+    fields = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            fields[name.strip()] = int(value)
+        except ValueError:
+            raise app.UsageError(
+                f"--rules must be comma-separated field=int pairs, got {part!r}"
+            ) from None
+    try:
+        return Rules.from_mapping(fields)
+    except ValueError as error:
+        raise app.UsageError(f"--rules: {error}") from None
+
+
+def parse_request(
+    *,
+    workdir=None,
+    checkpoint=None,
+    agent=None,
+    opponents=ALL_OPPONENTS,
+    games=200,
+    views=ALL_VIEWS,
+    mode="greedy",
+    seed=0,
+    lanes=None,
+    rules=None,
+    json_path=None,
+) -> Request:
+    """Checks the flag values; every error is an app.UsageError naming its flag."""
+    if (workdir is None) == (agent is None):
+        raise app.UsageError("give exactly one of --workdir (a run) and --agent (a bot)")
+    try:
+        if agent is not None:
+            check_bot_name(agent, "--agent")
+        opponent_names = tuple(
+            check_bot_name(n, "--opponents") for n in _names(opponents, "opponents")
+        )
+        eval_games.check_games(games, lanes, games_field="--games", lanes_field="--lanes")
+        rng.as_word(seed, "--seed")
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
+    view_names = _names(views, "views")
+    for view in view_names:
+        if view not in eval_games.VIEWS:
+            raise app.UsageError(f"--views must be among {list(eval_games.VIEWS)}, got {view!r}")
+    if mode not in eval_games.MODES:
+        raise app.UsageError(f"--mode must be one of {list(eval_games.MODES)}, got {mode!r}")
+    if checkpoint is not None and (workdir is None or checkpoint < 0):
+        raise app.UsageError("--checkpoint needs --workdir and must be >= 0")
+    if rules is not None and agent is None:
+        raise app.UsageError("--rules is for --agent only: a run's rules come from its config")
+    if workdir is not None and not (pathlib.Path(workdir) / "config.json").is_file():
+        raise app.UsageError(f"--workdir {workdir} holds no config.json (not a run directory)")
+    return Request(
+        workdir=workdir,
+        checkpoint=checkpoint,
+        agent=agent,
+        opponents=opponent_names,
+        games=int(games),
+        views=view_names,
+        mode=mode,
+        seed=int(seed),
+        lanes=lanes,
+        rules=_parse_rules(rules) if agent is not None else None,
+        json=json_path,
+    )
+
+
+def run_request(request: Request) -> dict:
+    """Evaluates; returns the JSON document (the metrics under "metrics")."""
+    document = {
+        "games": request.games,
+        "seed": request.seed,
+        "opponents": list(request.opponents),
+        "lanes": request.lanes or eval_games.DEFAULT_LANES,
+    }
+    if request.agent is not None:
+        metrics = evaluate_bots(
+            request.rules,
+            agent=request.agent,
+            opponents=request.opponents,
+            games=request.games,
+            seed=request.seed,
+            lanes=request.lanes,
+        )
+        document.update(agent=request.agent, rules=request.rules.to_dict())
+    else:
+        from lc_cfr.train.trainer import Trainer
+
+        path = pathlib.Path(request.workdir) / "config.json"
+        config = ml_collections.ConfigDict(json.loads(path.read_text()))
+        try:
+            trainer = Trainer(config, request.workdir)
+            iteration, advantage, strategy = trainer.load_networks(request.checkpoint)
+        except FileNotFoundError as error:
+            raise app.UsageError(f"--checkpoint: {error}") from None
+        except ValueError as error:
+            raise app.UsageError(f"--workdir {request.workdir}: {error}") from None
+        available = {"average_strategy": strategy, "current": tuple(advantage)}
+        fallback = config.regret_matching.all_negative_fallback
+        metrics = evaluate(
+            trainer.rules,
+            trainer.spec,
+            {view: available[view] for view in request.views},
+            opponents=request.opponents,
+            games=request.games,
+            view_modes=request.mode,
+            seed=request.seed,
+            fallback=fallback,
+            lanes=request.lanes,
+        )
+        document.update(
+            workdir=str(request.workdir),
+            checkpoint=iteration,
+            views=list(request.views),
+            mode=request.mode,
+            fallback=fallback,
+            rules=trainer.rules.to_dict(),
+        )
+    document["metrics"] = metrics
+    return document
+
+
+def format_table(metrics: dict) -> str:
+    """One line per (view or agent, opponent)."""
+    pairs = sorted({tuple(key.split("/")[1:3]) for key in metrics}, key=lambda x: x)
+    header = (
+        f"{'agent':<18} {'opponent':<22} {'win':>6} {'margin':>16} {'score':>8} "
+        f"{'length':>7} {'trunc':>6} {'games/s':>9} {'seconds':>8}"
+    )
+    lines = [header, "-" * len(header)]
+    for view, opponent in pairs:
+
+        def m(name, view=view, opponent=opponent):
+            return metrics[f"eval/{view}/{opponent}/{name}"]
+
+        stderr = m("margin_stderr")
+        margin = f"{m('margin_mean'):+.2f}" + ("" if math.isnan(stderr) else f" ± {stderr:.2f}")
+        lines.append(
+            f"{view:<18} {opponent:<22} {m('win_rate'):>6.3f} {margin:>16} "
+            f"{m('score_mean'):>8.2f} {m('length_mean'):>7.1f} {m('truncation_rate'):>6.3f} "
+            f"{m('games_per_second'):>9.1f} {m('seconds'):>8.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    request = parse_request(
+        workdir=_WORKDIR.value,
+        checkpoint=_CHECKPOINT.value,
+        agent=_AGENT.value,
+        opponents=_OPPONENTS.value,
+        games=_GAMES.value,
+        views=_VIEWS.value,
+        mode=_MODE.value,
+        seed=_SEED.value,
+        lanes=_LANES.value,
+        rules=_RULES.value,
+        json_path=_JSON.value,
+    )
+    cache = os.environ.get("LC_CFR_JAX_CACHE", os.path.expanduser("~/.cache/lc_cfr/jax"))
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    document = run_request(request)
+    where = (
+        f"checkpoint {document['checkpoint']} of {request.workdir}"
+        if request.workdir
+        else (f"bot {request.agent}")
+    )
+    print(f"{where}: {request.games} games per opponent, seed {request.seed}")
+    print(format_table(document["metrics"]))
+    if request.json:
+        out = pathlib.Path(request.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(document, indent=1, sort_keys=True))
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    app.run(main)

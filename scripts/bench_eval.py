@@ -1,0 +1,176 @@
+"""Evaluation throughput against every bot, side by side with its forward-only limit.
+
+The agent is the default network (512x3 ReLU, random initialisation) on the default
+rules, playing one policy view (`average_strategy` greedy unless told otherwise) against
+each bot in `lc_cfr.eval.play`'s lockstep loop. For each bot the script reports games per
+second in steady state (the compiled loop's second call; the first call's compile time is
+reported apart) and the forward-only limit of the same workload: one bare `mlp.apply`
+on a [H, E] batch (H = the loop's agent rows per step) run back to back in a jitted
+`lax.fori_loop` as many times as it takes to cover the agent decisions those games
+needed, no engine, no bot, no policy head. ratio = games/s / limit games/s.
+
+    .venv/bin/python scripts/bench_eval.py [--games 1024] [--lanes 512] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from lc_cfr import eval as lc_eval
+from lc_cfr.bots import BOT_NAMES
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+
+
+class ForwardLimit:
+    """`count` back-to-back forwards of a [batch, E] input in one jitted fori_loop."""
+
+    def __init__(self, spec: mlp.NetworkSpec, params, batch: int, count: int):
+        self.params = params
+        self.x = jax.random.uniform(jax.random.PRNGKey(7), (batch, spec.input_size), jnp.float32)
+
+        def run(p, x):
+            def step(_, carry):
+                x, total = carry
+                # the next input depends on the carry, so XLA cannot hoist the forward out
+                # of the loop; the output feeds `total`, so it cannot drop it
+                return jnp.roll(x, 1, axis=0), total + mlp.apply(spec, p, x)[:, 0]
+
+            zero = jnp.zeros((batch,), jnp.float32)
+            return jax.lax.fori_loop(0, count, step, (x, zero))[1]
+
+        self.run = jax.jit(run)
+        jax.block_until_ready(self.run(params, self.x))  # compile outside the timings
+
+    def seconds(self) -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(self.run(self.params, self.x))
+        return time.perf_counter() - start
+
+
+def bench_opponent(rules, spec, agent, params, opponent, args) -> dict:
+    def play():
+        return lc_eval.play(
+            rules, spec, agent, opponent, params, games=args.games, seed=args.seed, lanes=args.lanes
+        )
+
+    first = play()
+    metrics = lc_eval.summarize(first.records)
+    agent_decisions = int(metrics["agent_decisions"])
+    forwards = math.ceil(agent_decisions / first.half_lanes)
+    # one network per forward: `current` runs the mover's advantage network each step
+    one_network = params[0] if isinstance(params, tuple) else params
+    limit = ForwardLimit(spec, one_network, first.half_lanes, forwards)
+    # evaluation and limit timed alternately, so that both see the same machine load
+    evals, limits = [], []
+    for _ in range(args.repeats):
+        evals.append(play().run_seconds)
+        limits.append(limit.seconds())
+    ratios = [lim / ev for ev, lim in zip(evals, limits, strict=True)]
+    seconds, limit_seconds = statistics.median(evals), statistics.median(limits)
+    return {
+        "opponent": opponent,
+        "games": args.games,
+        "half_lanes": first.half_lanes,
+        "steps": first.steps,
+        "agent_decisions": agent_decisions,
+        "agent_decisions_per_game": agent_decisions / args.games,
+        "length_mean": metrics["length_mean"],
+        "truncation_rate": metrics["truncation_rate"],
+        "forward_rows_used": agent_decisions / first.rows,
+        "first_call_seconds": first.compile_seconds + first.run_seconds,
+        "compile_seconds": first.compile_seconds,
+        "steady_seconds": seconds,
+        "games_per_second": args.games / seconds,
+        "forward_only_seconds": limit_seconds,
+        "forward_us_per_state": 1e6 * limit_seconds / (forwards * first.half_lanes),
+        "limit_games_per_second": args.games / limit_seconds,
+        "ratio": statistics.median(ratios),
+        "ratios": ratios,
+        "win_rate": metrics["win_rate"],
+        "margin_mean": metrics["margin_mean"],
+    }
+
+
+def print_table(rows: list[dict]) -> None:
+    header = (
+        f"{'opponent':<22} {'games/s':>9} {'limit':>9} {'ratio':>6} {'agent dec/game':>14} "
+        f"{'rows used':>9} {'fwd us':>7} {'compile s':>9} {'length':>7} {'trunc':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['opponent']:<22} {r['games_per_second']:>9.1f} "
+            f"{r['limit_games_per_second']:>9.1f} {r['ratio']:>6.2f} "
+            f"{r['agent_decisions_per_game']:>14.1f} {r['forward_rows_used']:>9.2f} "
+            f"{r['forward_us_per_state']:>7.2f} {r['compile_seconds']:>9.1f} "
+            f"{r['length_mean']:>7.1f} {r['truncation_rate']:>6.2f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--games", type=int, default=1024, help="games per bot (even)")
+    parser.add_argument("--lanes", type=int, default=lc_eval.DEFAULT_LANES)
+    parser.add_argument("--opponents", default=",".join(BOT_NAMES))
+    parser.add_argument("--view", default="average_strategy", choices=lc_eval.VIEWS)
+    parser.add_argument("--mode", default="greedy", choices=lc_eval.MODES)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="steady-state timings (median)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+
+    cache = os.environ.get("LC_CFR_JAX_CACHE")
+    if cache:
+        jax.config.update("jax_compilation_cache_dir", cache)
+    rules = Rules()
+    spec = mlp.NetworkSpec(rules.encoding_size, rules.num_actions, args.hidden, args.layers)
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    if args.view == "average_strategy":
+        params = mlp.init_params(spec, keys[0])
+    else:
+        params = (mlp.init_params(spec, keys[1]), mlp.init_params(spec, keys[2]))
+    agent = lc_eval.network_agent(args.view, args.mode)
+    rows = []
+    for opponent in args.opponents.split(","):
+        rows.append(bench_opponent(rules, spec, agent, params, opponent, args))
+        print(
+            f"{opponent}: {rows[-1]['games_per_second']:.1f} games/s, "
+            f"ratio {rows[-1]['ratio']:.2f}",
+            flush=True,
+        )
+    print_table(rows)
+    if args.json:
+        document = {
+            "machine": {
+                "platform": platform.platform(),
+                "processor": platform.processor(),
+                "cpus": os.cpu_count(),
+                "devices": [str(d) for d in jax.devices()],
+                "jax": jax.__version__,
+            },
+            "settings": {
+                k: getattr(args, k)
+                for k in ("games", "lanes", "view", "mode", "hidden", "layers", "seed")
+            },
+            "results": rows,
+        }
+        with open(args.json, "w") as f:
+            json.dump(document, f, indent=1)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,399 @@
+"""Evaluation: mirroring, a per-game reference loop, greedy vs sampled, compile-once, CLI."""
+
+import functools
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lc_cfr import eval as lc_eval
+from lc_cfr.bots import jax_bots
+from lc_cfr.game import engine, rng
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+from lc_cfr.traversal import policy as pol
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "configs"))
+import default as default_config  # noqa: E402
+
+# The smoke variant: 12 cards, hands of 3, games of ~15 decisions.
+RULES = Rules(n_colors=2, n_ranks=5, n_wagers=1, hand_size=3, bonus_threshold=5, max_turns=30)
+RULES_FLAG = "n_colors=2,n_ranks=5,n_wagers=1,hand_size=3,bonus_threshold=5,max_turns=30"
+# The smoke network shape, so that the CLI test's run meets loops compiled here (through
+# the persistent compilation cache).
+SPEC = mlp.NetworkSpec(RULES.encoding_size, RULES.num_actions, hidden_size=32, num_layers=2)
+SEED = 11
+GAMES = 24  # 12 deals
+# 8 lanes per seat: lanes are refilled, and the last games finish in the narrower tail
+# phase (2 lanes per seat)
+LANES = 16
+
+
+def _params(key: int):
+    return mlp.init_params(SPEC, jax.random.PRNGKey(key))
+
+
+def _views(key: int = 0) -> dict:
+    return {"average_strategy": _params(key), "current": (_params(key + 1), _params(key + 2))}
+
+
+# ----- the slow reference: one game at a time, engine functions on single states ------
+
+
+@functools.cache
+def _single(rules: Rules):
+    return {
+        "init": jax.jit(lambda seed, g: engine.init(rules, seed, g, 0)),
+        "step": jax.jit(lambda s, a: engine.step(rules, s, a)),
+        "mask": jax.jit(lambda s: engine.legal_action_mask(rules, s)),
+        "observe": jax.jit(lambda s, p: engine.observe(rules, s, p)),
+        "expeditions": jax.jit(lambda s: engine.expedition_scores(rules, s)),
+    }
+
+
+@functools.cache
+def _single_bot(rules: Rules, name: str):
+    return jax.jit(functools.partial(jax_bots.bot_action, rules, name))
+
+
+@functools.cache
+def _single_forward(spec: mlp.NetworkSpec):
+    return jax.jit(lambda params, obs: mlp.apply(spec, params, obs[None])[0])
+
+
+def _network_policy(view, params, fallback):
+    """A reference agent: (state, player, game id, decision, seed, mode) -> action."""
+    fn = _single(RULES)
+
+    def act(state, player, game_id, decision, seed, mode):
+        mask = fn["mask"](state)
+        raw = _single_forward(SPEC)(
+            params if view == "average_strategy" else params[player], fn["observe"](state, player)
+        )
+        if view == "average_strategy":
+            probs = mlp.masked_policy(raw, mask)
+        else:
+            probs = pol.regret_matching(mlp.masked_advantages(raw, mask), mask, fallback=fallback)
+        if mode == "greedy":
+            probs, legal = np.asarray(probs), np.flatnonzero(np.asarray(mask))
+            return int(max(legal, key=lambda a: (probs[a], -a)))  # lowest index wins ties
+        bits = rng.random_bits(seed, 0, game_id, decision, rng.Purpose.SAMPLE)
+        return int(pol.sample_action(probs, mask, bits))
+
+    return act
+
+
+def _bot_policy(name):
+    bot = _single_bot(RULES, name)
+    return lambda state, player, deal, decision, seed: int(bot(state, seed, 0, deal, decision))
+
+
+def reference_games(agent, opponent: str, games: int, seed: int, mode: str = "greedy"):
+    """Plays every (deal, seat) game alone; returns a list of per-game dicts."""
+    fn = _single(RULES)
+    opponent_act = _bot_policy(opponent)
+    h = RULES.hand_size
+    out = []
+    for deal in range(games // 2):
+        for seat in (0, 1):
+            state = fn["init"](seed, deal)
+            counts = dict(plays=0, discards=0, deck_draws=0, pile_draws=0)
+            decision = 0
+            while not bool(state.terminal):
+                player = int(state.current_player)
+                if player == seat:
+                    if isinstance(agent, str):  # a bot agent draws by deal, like the opponent
+                        action = _bot_policy(agent)(state, player, deal, decision, seed)
+                    else:
+                        action = agent(state, player, 2 * deal + seat, decision, seed, mode)
+                    kind = (
+                        "plays"
+                        if action < h
+                        else "discards"
+                        if action < 2 * h
+                        else "deck_draws"
+                        if action == 2 * h
+                        else "pile_draws"
+                    )
+                    counts[kind] += 1
+                else:
+                    action = opponent_act(state, player, deal, decision, seed)
+                assert bool(fn["mask"](state)[action]), "a player chose an illegal action"
+                state = fn["step"](state, action)
+                decision += 1
+            scores = [int(x) for x in state.scores]
+            cards = np.asarray(state.expedition_wagers + state.expedition_numbered)[seat]
+            per_color = np.asarray(fn["expeditions"](state))[seat]
+            out.append(
+                dict(
+                    deal=deal,
+                    seat=seat,
+                    agent_score=scores[seat],
+                    opponent_score=scores[1 - seat],
+                    margin=scores[seat] - scores[1 - seat],
+                    decisions=decision,
+                    truncated=bool(state.truncated),
+                    opened=int(sum(c > 0 for c in cards)),
+                    negative=int(
+                        sum(c > 0 and v < 0 for c, v in zip(cards, per_color, strict=True))
+                    ),
+                    bonus=int(sum(c >= RULES.bonus_threshold for c in cards)),
+                    **counts,
+                )
+            )
+    return out
+
+
+def reference_metrics(rows) -> dict:
+    """The metrics, computed from the reference games in plain Python."""
+    n = len(rows)
+    total = lambda key: sum(r[key] for r in rows)  # noqa: E731
+    deals = sorted({r["deal"] for r in rows})
+    per_deal = [sum(r["margin"] for r in rows if r["deal"] == d) / 2 for d in deals]
+    mean = sum(per_deal) / len(per_deal)
+    var = sum((x - mean) ** 2 for x in per_deal) / (len(per_deal) - 1)
+    card, draw = total("plays") + total("discards"), total("deck_draws") + total("pile_draws")
+    opened = total("opened")
+    return {
+        "games": n,
+        "win_rate": sum(1.0 if r["margin"] > 0 else 0.5 if r["margin"] == 0 else 0.0 for r in rows)
+        / n,
+        "margin_mean": total("margin") / n,
+        "margin_stderr": math.sqrt(var / len(per_deal)),
+        "score_mean": total("agent_score") / n,
+        "opponent_score_mean": total("opponent_score") / n,
+        "length_mean": total("decisions") / n,
+        "truncation_rate": total("truncated") / n,
+        "illegal_rate": 0.0,
+        "play_rate": total("plays") / card,
+        "discard_rate": total("discards") / card,
+        "draw_deck_rate": total("deck_draws") / draw,
+        "draw_pile_rate": total("pile_draws") / draw,
+        "expeditions_opened": opened / n,
+        "score_per_expedition": total("agent_score") / opened if opened else 0.0,
+        "negative_expedition_rate": total("negative") / opened if opened else 0.0,
+        "bonus_expedition_rate": total("bonus") / opened if opened else 0.0,
+        "agent_decisions": card + draw,
+    }
+
+
+def _records_as_rows(records: lc_eval.GameRecords) -> list[dict]:
+    rows = []
+    for deal in range(records.margin.shape[1]):
+        for seat in (0, 1):
+            row = {name: getattr(records, name)[seat, deal].item() for name in records._fields}
+            row.pop("illegal")
+            rows.append(dict(deal=deal, seat=seat, **row))
+    return rows
+
+
+def _check_against_reference(metrics: dict, prefix: str, rows: list[dict]):
+    expected = reference_metrics(rows)
+    assert set(lc_eval.METRICS) == set(expected)
+    for name, value in expected.items():
+        assert metrics[f"{prefix}/{name}"] == pytest.approx(value, rel=1e-12, abs=1e-12), name
+
+
+# ----- tests ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bot", ["random", "noisy_safe"])
+def test_bot_mirrored_against_itself_is_exactly_even(bot):
+    metrics = lc_eval.evaluate_bots(RULES, agent=bot, opponents=[bot], games=GAMES, seed=SEED)
+    assert metrics[f"eval/{bot}/{bot}/margin_mean"] == 0.0
+    assert metrics[f"eval/{bot}/{bot}/win_rate"] == 0.5
+    assert metrics[f"eval/{bot}/{bot}/margin_stderr"] == 0.0
+    result = lc_eval.play(RULES, None, lc_eval.bot_agent(bot), bot, None, games=GAMES, seed=SEED)
+    r = result.records
+    # the seat-1 game of a deal replays the seat-0 game with the seats exchanged
+    np.testing.assert_array_equal(r.agent_score[0], r.opponent_score[1])
+    np.testing.assert_array_equal(r.decisions[0], r.decisions[1])
+    np.testing.assert_array_equal(r.margin[0], -r.margin[1])
+    assert np.any(r.margin != 0), "the deals should not all be ties"
+    # bot against bot, game by game against the reference loop
+    rows = reference_games(bot, bot, GAMES, SEED)
+    assert _records_as_rows(r) == rows
+    _check_against_reference(metrics, f"eval/{bot}/{bot}", rows)
+
+
+@pytest.mark.parametrize(
+    "view,mode,opponent,fallback",
+    [
+        ("average_strategy", "greedy", "safe_heuristic", "argmax_tiebreak"),
+        ("current", "sampled", "noisy_safe", "uniform"),
+    ],
+)
+def test_metrics_match_per_game_reference(view, mode, opponent, fallback):
+    views = _views(3)
+    metrics = lc_eval.evaluate(
+        RULES,
+        SPEC,
+        {view: views[view]},
+        opponents=[opponent],
+        games=GAMES,
+        view_modes=mode,
+        seed=SEED,
+        fallback=fallback,
+        lanes=LANES,
+    )
+    agent = _network_policy(view, views[view], fallback)
+    rows = reference_games(agent, opponent, GAMES, SEED, mode)
+    _check_against_reference(metrics, f"eval/{view}/{opponent}", rows)
+    result = lc_eval.play(
+        RULES,
+        SPEC,
+        lc_eval.network_agent(view, mode, fallback),
+        opponent,
+        views[view],
+        games=GAMES,
+        seed=SEED,
+        lanes=LANES,
+    )
+    assert _records_as_rows(result.records) == rows  # game by game, not only on average
+    for name in lc_eval.TIMING_METRICS:
+        assert metrics[f"eval/{view}/{opponent}/{name}"] >= 0
+
+
+def test_greedy_and_sampled():
+    # zero parameters: the average strategy is uniform over the legal actions
+    flat = jax.tree.map(jnp.zeros_like, _params(0))
+
+    def run(mode):
+        agent = lc_eval.network_agent("average_strategy", mode)
+        return lc_eval.play(
+            RULES, SPEC, agent, "noisy_safe", flat, games=GAMES, seed=SEED, lanes=LANES
+        ).records
+
+    def lowest_legal(state, player, game_id, decision, seed, mode):
+        return int(np.argmax(np.asarray(_single(RULES)["mask"](state))))
+
+    greedy, sampled = run("greedy"), run("sampled")
+    # greedy breaks the all-way tie by the lowest index: it plays or discards slot 0 and
+    # draws from the deck; every decision is one of those
+    assert greedy.pile_draws.sum() == 0
+    assert _records_as_rows(greedy) == reference_games(lowest_legal, "noisy_safe", GAMES, SEED)
+    # sampled draws from the uniform policy: it differs, and repeats itself exactly
+    assert sampled.pile_draws.sum() > 0
+    assert not np.array_equal(greedy.margin, sampled.margin)
+    for name in lc_eval.GameRecords._fields:
+        np.testing.assert_array_equal(getattr(run("sampled"), name), getattr(sampled, name))
+
+
+def test_compiles_once_across_calls():
+    calls = [
+        dict(view="average_strategy", view_modes="greedy", fallback="argmax_tiebreak"),
+        dict(view="current", view_modes="sampled", fallback="uniform"),
+    ]
+    for key in (20, 30):  # new parameters of the same shapes: no new compile
+        views = _views(key)
+        for call in calls:
+            traces = lc_eval.trace_count()
+            metrics = lc_eval.evaluate(
+                RULES,
+                SPEC,
+                {call["view"]: views[call["view"]]},
+                opponents=["noisy_safe"],
+                games=GAMES,
+                view_modes=call["view_modes"],
+                seed=SEED,
+                fallback=call["fallback"],
+                lanes=LANES,
+            )
+            prefix = f"eval/{call['view']}/noisy_safe"
+            if key == 30:
+                assert lc_eval.trace_count() == traces
+                assert metrics[f"{prefix}/compile_seconds"] == 0.0
+            assert metrics[f"{prefix}/seconds"] > 0
+
+
+def test_bad_arguments_name_the_field():
+    views = _views(0)
+    cases = [
+        (dict(games=7), "games"),
+        (dict(games=0), "games"),
+        (dict(lanes=3), "lanes"),
+        (dict(opponents=["nobody"]), "opponents"),
+        (dict(opponents="random"), "opponents"),
+        (dict(view_modes="argmax"), "mode"),
+        (dict(fallback="zero"), "fallback"),
+    ]
+    for change, field in cases:
+        kwargs = dict(opponents=["random"], games=GAMES, seed=SEED) | change
+        with pytest.raises(ValueError, match=field):
+            lc_eval.evaluate(RULES, SPEC, views, **kwargs)
+    with pytest.raises(ValueError, match="view"):
+        lc_eval.evaluate(RULES, SPEC, {"policy": views["current"]}, opponents=["random"], games=4)
+    with pytest.raises(ValueError, match="agent"):
+        lc_eval.evaluate_bots(RULES, agent="nobody", opponents=["random"], games=4)
+
+
+def _cli(*args, check=True):
+    env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
+    command = [sys.executable, "-m", "lc_cfr.evaluate", *args]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_cli_evaluates_a_trained_run(tmp_path):
+    from lc_cfr.train import Trainer
+
+    config = default_config.get_config("smoke")
+    config.logging.tensorboard = False
+    config.run.max_iterations = 1
+    config.regret_matching.all_negative_fallback = "uniform"
+    workdir = tmp_path / "run"
+    Trainer(config, workdir).run()
+    out = tmp_path / "eval.json"
+    _cli(
+        f"--workdir={workdir}",
+        "--opponents=noisy_safe",
+        f"--games={GAMES}",
+        f"--lanes={LANES}",
+        f"--seed={SEED}",
+        "--mode=sampled",
+        f"--json={out}",
+    )
+    document = json.loads(out.read_text())
+    assert document["checkpoint"] == 1 and document["fallback"] == "uniform"
+    metrics = document["metrics"]
+    for view in lc_eval.VIEWS:
+        for name in lc_eval.METRICS + lc_eval.TIMING_METRICS:
+            assert f"eval/{view}/noisy_safe/{name}" in metrics
+        assert metrics[f"eval/{view}/noisy_safe/games"] == GAMES
+    bad = _cli(f"--workdir={workdir}", "--checkpoint=7", "--games=4", check=False)
+    assert bad.returncode != 0 and "--checkpoint" in bad.stderr
+
+
+@pytest.mark.slow
+def test_cli_bot_against_bot(tmp_path):
+    out = tmp_path / "bots.json"
+    result = _cli(
+        "--agent=noisy_safe",
+        "--opponents=noisy_safe",
+        f"--games={GAMES}",
+        f"--seed={SEED}",
+        f"--rules={RULES_FLAG}",
+        f"--json={out}",
+    )
+    assert "noisy_safe" in result.stdout
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["eval/noisy_safe/noisy_safe/margin_mean"] == 0.0
+    assert metrics["eval/noisy_safe/noisy_safe/win_rate"] == 0.5
+    for flags, name in [
+        (["--agent=random", "--games=5"], "--games"),
+        (["--agent=random", "--opponents=nobody"], "--opponents"),
+        (["--games=4"], "--workdir"),
+    ]:
+        bad = _cli(*flags, check=False)
+        assert bad.returncode != 0 and name in bad.stderr.splitlines()[-1], (flags, bad.stderr)
