@@ -151,14 +151,6 @@ class _Lanes(NamedTuple):
     records: dict  # name -> [2, D] int32 (the GameRecords fields)
 
 
-def _tree_where(condition, a, b):
-    def pick(x, y):
-        c = condition.reshape(condition.shape + (1,) * (x.ndim - condition.ndim))
-        return jnp.where(c, x, y)
-
-    return jax.tree.map(pick, a, b)
-
-
 def _bot_actions(rules: Rules, name: str, states, seed, deals, decisions):
     act = functools.partial(jax_bots.bot_action, rules, name)
     return jax.vmap(act, in_axes=(0, None, None, 0, 0))(states, seed, 0, deals, decisions)
@@ -264,7 +256,7 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed):
             rules, decks[jnp.clip(new_deal, 0, num_deals - 1).reshape(-1)]
         )
         return lanes._replace(
-            states=_tree_where(take, split(fresh), lanes.states),
+            states=engine.tree_where(take, split(fresh), lanes.states),
             deal=jnp.where(take, new_deal, lanes.deal),
             decision=jnp.where(take, 0, lanes.decision),
             counts=jnp.where(take[..., None], 0, lanes.counts),

@@ -275,6 +275,16 @@ def step(rules: Rules, state: State, action) -> State:
     return jax.tree.map(lambda a, b: jnp.where(legal & ~state.terminal, a, b), stepped, refused)
 
 
+def tree_where(condition: jax.Array, a, b):
+    """Selects between two batched pytrees (e.g. States) per leading index of `condition`."""
+
+    def pick(x, y):
+        c = condition.reshape(condition.shape + (1,) * (x.ndim - condition.ndim))
+        return jnp.where(c, x, y)
+
+    return jax.tree.map(pick, a, b)
+
+
 def returns(rules: Rules, state: State) -> jax.Array:
     """[2] float32 utility in points: score differences, or the illegal-action penalty."""
     del rules

@@ -185,16 +185,6 @@ class _Lanes(NamedTuple):
     stats: TraversalStats
 
 
-def _tree_where(condition, a, b):
-    """Per-lane select between two pytrees with leading lane axis."""
-
-    def pick(x, y):
-        c = condition.reshape(condition.shape + (1,) * (x.ndim - condition.ndim))
-        return jnp.where(c, x, y)
-
-    return jax.tree.map(pick, a, b)
-
-
 def _tree_index(tree, index):
     """tree[lane, index[lane]] for every leaf [L, D, ...]."""
     return jax.tree.map(lambda x: jax.vmap(lambda row, i: row[i])(x, index), tree)
@@ -366,7 +356,7 @@ class _Machine:
             self.seed, self.iteration, self.game_index(new), 0, rng.Purpose.OPPONENT
         )
         return lanes._replace(
-            game=_tree_where(start, games, lanes.game),
+            game=engine.tree_where(start, games, lanes.game),
             mode=jnp.where(start, DECIDE, lanes.mode),
             traversal=jnp.where(start, new, lanes.traversal),
             draws=jnp.where(start, 0, lanes.draws),
@@ -513,7 +503,7 @@ class _Machine:
             top = top + expand
 
         next_game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, game, action)
-        game = _tree_where(deciding, next_game, game)
+        game = engine.tree_where(deciding, next_game, game)
         stats = lanes.stats
         stats = stats._replace(
             nodes=stats.nodes + jnp.sum(deciding),
@@ -560,7 +550,7 @@ class _Machine:
             to_roll = ended & cut
             lanes = lanes._replace(
                 mode=jnp.where(to_roll, ROLLOUT, lanes.mode),
-                rollout_base=_tree_where(to_roll, game, lanes.rollout_base),
+                rollout_base=engine.tree_where(to_roll, game, lanes.rollout_base),
                 rollout_done=jnp.where(to_roll, 0, lanes.rollout_done),
                 rollout_sum=jnp.where(to_roll, 0.0, lanes.rollout_sum),
             )
@@ -613,7 +603,7 @@ class _Machine:
             frame_action=_tree_set(lanes.frame_action, index, next_action, go_on),
             top=lanes.top - pop,
             value=jnp.where(pop, node_value, lanes.value),
-            game=_tree_where(go_on, child, lanes.game),
+            game=engine.tree_where(go_on, child, lanes.game),
             mode=jnp.where(go_on, DECIDE, jnp.where(done, IDLE, lanes.mode)),
             traversal=jnp.where(done, -1, lanes.traversal),
         )
@@ -637,7 +627,7 @@ class _Machine:
         rolling = lanes.mode == ROLLOUT
         action = self._bot(self.o.rollout_policy, lanes)
         game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, lanes.game, action)
-        game = _tree_where(rolling, game, lanes.game)
+        game = engine.tree_where(rolling, game, lanes.game)
         finished = rolling & game.terminal
         total = lanes.rollout_sum + jnp.where(
             finished, _utility(r, game, self.traverser, self.o.utility_scale), 0.0
@@ -649,7 +639,7 @@ class _Machine:
             rollout_decisions=lanes.stats.rollout_decisions + jnp.sum(rolling)
         )
         lanes = lanes._replace(
-            game=_tree_where(restart, lanes.rollout_base, game),
+            game=engine.tree_where(restart, lanes.rollout_base, game),
             draws=lanes.draws + rolling,
             rollout_sum=total,
             rollout_done=done,
