@@ -1,0 +1,152 @@
+"""The advantage/strategy MLP in torch, interchangeable with the flax one.
+
+`TorchMLP(spec)` has Linear layers layer_0..layer_{L-1} and `output`, so its
+`state_dict()` keys are exactly the canonical layout keys of `lc_cfr.nets.mlp`
+("layer_{i}.weight" [out, in], "layer_{i}.bias", "output.weight", "output.bias").
+`to_layout` / `from_layout` convert losslessly between a TorchMLP and that layout, so
+parameters move between flax and torch with `mlp.to_layout` / `mlp.from_layout`.
+
+The masked heads have the semantics of the flax ones: illegal actions are exactly 0 and
+a row without legal actions is all zeros, with no NaN in values or gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lc_cfr.nets.mlp import NetworkSpec, layout_shapes
+
+# gelu is the exact (erf) form, as flax's nn.gelu(approximate=False) in lc_cfr.nets.mlp.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "tanh": torch.tanh,
+    "silu": F.silu,
+}
+
+
+class TorchMLP(nn.Module):
+    """Hidden Linear layers layer_0..layer_{L-1} with an activation, then `output`.
+
+    Fresh parameters follow flax's default initialisers (kernel: LeCun normal, i.e. a
+    normal truncated at 2 standard deviations with variance 1/fan_in; bias: zeros), so a
+    fresh torch network is distributed like a fresh flax one (not identical values).
+    """
+
+    def __init__(self, spec: NetworkSpec, *, generator: torch.Generator | None = None):
+        """Builds the network of shape `spec` on the CPU in float32.
+
+        Args:
+            spec: the network shape.
+            generator: optional torch generator for the initial parameters.
+        """
+        super().__init__()
+        self.spec = spec
+        self._act = ACTIVATIONS[spec.activation]
+        for name, fan_in, fan_out in spec.layer_sizes():
+            setattr(self, name, nn.Linear(fan_in, fan_out, dtype=torch.float32))
+        self.reset_parameters(generator=generator)
+
+    @torch.no_grad()
+    def reset_parameters(self, *, generator: torch.Generator | None = None) -> None:
+        """Re-draws the parameters with flax's default initialisers (see the class doc)."""
+        # flax variance_scaling(1, fan_in, truncated_normal): std of the untruncated
+        # normal is sqrt(1 / fan_in) / 0.8796..., truncated to [-2, 2] stds.
+        for name, fan_in, _ in self.spec.layer_sizes():
+            layer = getattr(self, name)
+            std = math.sqrt(1.0 / fan_in) / 0.87962566103423978
+            nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std, generator=generator)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw outputs [B, A] float32 from encodings [B, E] (any float dtype)."""
+        x = x.to(torch.float32)
+        for i in range(self.spec.num_layers):
+            x = self._act(getattr(self, f"layer_{i}")(x))
+        return self.output(x)
+
+
+def to_layout(model: TorchMLP) -> dict[str, np.ndarray]:
+    """Parameters in the canonical layout: fresh float32 numpy arrays, weights [out, in].
+
+    Keys are in layer order and equal `model.state_dict()` keys.
+    """
+    layout = {
+        key: value.detach().cpu().numpy().astype(np.float32, copy=True)
+        for key, value in model.state_dict().items()
+    }
+    _check_layout(model.spec, layout)
+    return layout
+
+
+def from_layout(
+    spec: NetworkSpec, layout: Mapping[str, np.ndarray], *, device: torch.device | str = "cpu"
+) -> TorchMLP:
+    """A TorchMLP holding exactly the parameters of `layout` (inverse of `to_layout`).
+
+    Raises:
+        ValueError: naming the key, when a key is missing or unexpected or an array has
+            the wrong shape.
+    """
+    _check_layout(spec, layout)
+    model = TorchMLP(spec)
+    state = {
+        key: torch.from_numpy(np.array(layout[key], dtype=np.float32, copy=True))
+        for key in layout_shapes(spec)
+    }
+    model.load_state_dict(state, strict=True)
+    return model.to(device)
+
+
+def _check_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> None:
+    """Raises a ValueError naming the first missing, unexpected or misshapen key."""
+    expected = layout_shapes(spec)
+    for key, shape in expected.items():
+        if key not in layout:
+            raise ValueError(f"parameter layout is missing key {key!r} (shape {shape})")
+        actual = tuple(np.shape(layout[key]))
+        if actual != shape:
+            raise ValueError(f"parameter layout key {key!r} has shape {actual}, expected {shape}")
+    unexpected = sorted(set(layout) - set(expected))
+    if unexpected:
+        raise ValueError(f"parameter layout has unexpected key(s) {unexpected}")
+
+
+def masked_advantages(raw: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The advantage head: raw outputs [..., A] with illegal actions set to 0."""
+    mask = mask.to(torch.bool)
+    return torch.where(mask, raw, torch.zeros_like(raw))
+
+
+def masked_log_policy(raw_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Log-softmax over the legal actions only, [..., A] float32; illegal entries are 0.
+
+    Safe everywhere: no infinities enter the differentiated computation, so a row without
+    legal actions gives all zeros and finite (zero) gradients.
+    """
+    mask = mask.to(torch.bool)
+    zero = torch.zeros_like(raw_logits)
+    with torch.no_grad():
+        low = raw_logits.masked_fill(~mask, -math.inf)
+        top = low.max(dim=-1, keepdim=True).values
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    shifted = torch.where(mask, raw_logits - top, zero)
+    total = torch.where(mask, torch.exp(shifted), zero).sum(dim=-1, keepdim=True)
+    log_total = torch.log(torch.where(total > 0, total, torch.ones_like(total)))
+    return torch.where(mask, shifted - log_total, zero)
+
+
+def masked_policy(raw_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The strategy head: softmax over legal actions, [..., A] float32.
+
+    Illegal actions get exactly 0; a row without legal actions is all zeros (no NaN).
+    """
+    mask = mask.to(torch.bool)
+    log_policy = masked_log_policy(raw_logits, mask)
+    return torch.where(mask, torch.exp(log_policy), torch.zeros_like(log_policy))
