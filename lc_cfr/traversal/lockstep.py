@@ -470,12 +470,11 @@ class _Machine:
             path_prob = _write_rows(path_prob, adv_slot, chosen_prob, write_adv)
         # strategy samples
         in_tree = self.outcome | (lanes.top < o.max_depth)
-        where = o.strategy_samples
-        store_here = (
-            (~is_traverser if where == "opponent" else is_traverser)
-            if where != "both"
-            else jnp.ones_like(is_traverser)
-        )
+        store_here = {
+            "opponent": ~is_traverser,
+            "traverser": is_traverser,
+            "both": jnp.ones_like(is_traverser),
+        }[o.strategy_samples]
         write_strat = deciding & store_here & in_tree
         overflow = overflow | (write_strat & (lanes.strategy_nodes >= self.strat_slots))
         write_strat = write_strat & (lanes.strategy_nodes < self.strat_slots)
