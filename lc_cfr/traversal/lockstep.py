@@ -13,7 +13,9 @@ Lane modes: IDLE (waiting for a traversal), DECIDE (at a decision that needs a p
 RETURN (external sampling: handing a value up to the top stack frame) and ROLLOUT
 (playing out a cut-off position). In outcome sampling all busy lanes start their
 traversals on steps divisible by 4 and advance one decision per step, so all lanes at a
-decision share the player to move and one network serves the whole batch.
+decision share the player to move and one network serves the whole batch. With several
+JAX devices the quota and the lanes are split into equal contiguous blocks, one per
+device (`jax.pmap`); the samples are the single-device ones.
 """
 
 from __future__ import annotations
@@ -233,42 +235,69 @@ def run_traversals(
     seed,
     iteration,
     traverser,
+    devices: int | None = None,
 ) -> tuple[Samples, TraversalStats]:
     """Runs the iteration's `options.num_traversals` traversals for `traverser`.
 
     Traversal j deals game `traverser * num_traversals + j` of (seed, iteration) and takes
     its random draws from random_bits(seed, iteration, that game, draw, purpose).
+
+    With several devices (`devices`, default: every local JAX device), device d runs the
+    contiguous block of traversals d * T/D ... with lanes/D lanes; since every traversal
+    owns its random stream and its sample slots, the result is the single-device one.
     """
     validate_options(options, rules)
-    samples, stats = _run(
-        rules,
-        spec,
-        options,
-        networks,
-        rng.as_word(seed),
-        rng.as_word(iteration, "iteration"),
-        jnp.int32(traverser),
-    )
+    devices = jax.local_device_count() if devices is None else devices
+    words = (rng.as_word(seed), rng.as_word(iteration, "iteration"), jnp.int32(traverser))
+    if devices == 1:
+        samples, stats = _run(rules, spec, options, networks, *words, jnp.int32(0))
+    else:
+        total, lanes = options.num_traversals, options.lanes
+        if total % devices or lanes % devices:
+            raise ValueError(
+                f"traversal.traversals_per_player={total} and traversal.lanes={lanes} must be "
+                f"multiples of the {devices} JAX devices the lanes are sharded over"
+            )
+        shard = options._replace(num_traversals=total // devices, lanes=lanes // devices)
+        offsets = jnp.arange(devices, dtype=jnp.int32) * (total // devices)
+        samples, stats = _run_sharded(rules, spec, shard, total, networks, *words, offsets)
+        # [D, S/D, ...] -> [S, ...]: device blocks are consecutive traversal blocks
+        samples = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), samples)
+        stats = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
     if int(stats.dropped_samples):  # slot bounds are proofs; a failure here is a bug
         raise RuntimeError(f"traversal dropped {int(stats.dropped_samples)} samples")
     return samples, stats
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _run(rules, spec, options, networks, seed, iteration, traverser):
-    machine = _Machine(rules, spec, options, networks, seed, iteration, traverser)
+def _traverse(rules, spec, options, total, networks, seed, iteration, traverser, offset):
+    machine = _Machine(rules, spec, options, networks, seed, iteration, traverser, total, offset)
     lanes = machine.initial()
     lanes = jax.lax.while_loop(machine.busy, machine.advance, lanes)
     return machine.finish(lanes)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _run(rules, spec, options, networks, seed, iteration, traverser, offset):
+    total = options.num_traversals
+    return _traverse(rules, spec, options, total, networks, seed, iteration, traverser, offset)
+
+
+_run_sharded = jax.pmap(
+    _traverse,
+    in_axes=(None, None, None, None, None, None, None, None, 0),
+    static_broadcasted_argnums=(0, 1, 2, 3),
+)
+
+
 class _Machine:
     """The step function of the lockstep loop, closed over one call's arguments."""
 
-    def __init__(self, rules, spec, options, networks, seed, iteration, traverser):
+    def __init__(self, rules, spec, options, networks, seed, iteration, traverser, total, offset):
         self.rules, self.spec, self.o = rules, spec, options
         self.networks, self.seed, self.iteration = networks, seed, iteration
         self.traverser = traverser
+        # traversal j of this machine is traversal offset + j of the player's quota `total`
+        self.game_base = traverser * total + offset
         self.outcome = options.sampling_mode == "outcome"
         self.adv_slots, self.strat_slots = slots_per_traversal(rules, options)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(traverser == 0, x, y), a, b)  # noqa: E731
@@ -328,7 +357,7 @@ class _Machine:
         return jnp.any(lanes.mode != IDLE) | (lanes.next_traversal < self.o.num_traversals)
 
     def game_index(self, traversal):
-        return self.traverser * self.o.num_traversals + traversal
+        return self.game_base + traversal
 
     def bits(self, lanes: _Lanes, purpose):
         return rng.random_bits(

@@ -1,0 +1,51 @@
+"""Lanes sharded over several JAX devices give the single-device samples and statistics.
+
+Runs in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=4, so the
+CPU shows four devices.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+SCRIPT = """
+import jax, numpy as np
+from traversal_helpers import SPEC, TINY, networks, options
+from lc_cfr.traversal import lockstep
+assert jax.local_device_count() == 4, jax.devices()
+nets = networks(seed=3)
+for mode in ("outcome", "external"):
+    opts = options(sampling_mode=mode, num_traversals=8, lanes=4)
+    run = lambda n: jax.device_get(lockstep.run_traversals(
+        TINY, SPEC, opts, nets, seed=5, iteration=2, traverser=1, devices=n))
+    (one, one_stats), (four, four_stats) = run(1), run(4)
+    for a, b in zip(one, four, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for name in ("nodes", "terminals", "truncations", "endpoint_depth_sum", "policy_calls"):
+        assert int(getattr(one_stats, name)) == int(getattr(four_stats, name)), name
+    assert one.advantage_valid.any()
+try:
+    lockstep.run_traversals(TINY, SPEC, options(num_traversals=6, lanes=6), nets,
+                            seed=5, iteration=2, traverser=1)
+    raise SystemExit("6 traversals over 4 devices should be refused")
+except ValueError as error:
+    assert "traversal.traversals_per_player" in str(error)
+print("SHARDING OK")
+"""
+
+
+def test_sharded_lanes_equal_single_device():
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+        LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert b"SHARDING OK" in done.stdout
