@@ -112,9 +112,33 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
 
     if preset == "smoke":
         _smoke(config)
+    elif preset == "small":
+        _small(config)
     elif preset:
-        raise ValueError(f"unknown preset {preset!r}; valid: '', 'smoke'")
+        raise ValueError(f"unknown preset {preset!r}; valid: '', 'smoke', 'small'")
     return config
+
+
+def _small(config: ml_collections.ConfigDict) -> None:
+    """A 3-colour game and a 128x2 network: ~1 s per iteration on a 2-core CPU, for
+    learning experiments (docs/experiments.md)."""
+    config.rules.n_colors = 3
+    config.rules.hand_size = 6
+    config.rules.max_turns = 60
+    config.run.max_iterations = 200
+    config.traversal.traversals_per_player = 256
+    config.traversal.lanes = 256
+    config.network.hidden_size = 128
+    config.network.num_layers = 2
+    config.optimization.advantage_updates = 128
+    config.optimization.advantage_batch_size = 256
+    config.optimization.strategy_updates = 128
+    config.optimization.strategy_batch_size = 256
+    config.memory.advantage_capacity = 300_000
+    config.memory.strategy_capacity = 300_000
+    config.evaluation.eval_every = 10
+    config.evaluation.opponents = "random,passive_discard,safe_heuristic"
+    config.evaluation.extended_eval_every = 50
 
 
 def _smoke(config: ml_collections.ConfigDict) -> None:

@@ -194,3 +194,12 @@ def test_league_keeps_the_last_snapshots_of_the_strategy_network(tmp_path):
             jax.tree.leaves(state.league), jax.tree.leaves(params), strict=True
         ):
             np.testing.assert_array_equal(np.asarray(stacked[slot]), np.asarray(leaf))
+
+
+def test_presets_build_a_trainer(tmp_path):
+    for preset in ("", "small"):
+        config = default_config.get_config(preset)
+        trainer = Trainer(config, tmp_path / (preset or "default"))
+        assert trainer.options.num_traversals == config.traversal.traversals_per_player
+    with pytest.raises(ValueError, match="unknown preset"):
+        default_config.get_config("huge")
