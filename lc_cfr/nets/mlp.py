@@ -167,7 +167,7 @@ def to_layout(spec: NetworkSpec, params: Params) -> dict[str, np.ndarray]:
         layer = params[name]
         layout[f"{name}.weight"] = np.array(layer["kernel"], np.float32).T.copy()
         layout[f"{name}.bias"] = np.array(layer["bias"], np.float32)
-    _check_layout(spec, layout)
+    check_layout(spec, layout)
     return layout
 
 
@@ -178,7 +178,7 @@ def from_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> Params:
         ValueError: naming the key, when a key is missing or unexpected or an array has
             the wrong shape.
     """
-    _check_layout(spec, layout)
+    check_layout(spec, layout)
     params = {}
     for name in spec.layer_names:
         weight = np.asarray(layout[f"{name}.weight"], np.float32)
@@ -189,7 +189,7 @@ def from_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> Params:
     return params
 
 
-def _check_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> None:
+def check_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> None:
     """Raises a ValueError naming the first missing, unexpected or misshapen key."""
     expected = layout_shapes(spec)
     for key, shape in expected.items():

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lc_cfr.nets.mlp import NetworkSpec, layout_shapes
+from lc_cfr.nets.mlp import NetworkSpec, check_layout, layout_shapes
 
 # gelu is the exact (erf) form, as flax's nn.gelu(approximate=False) in lc_cfr.nets.mlp.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -81,7 +81,7 @@ def to_layout(model: TorchMLP) -> dict[str, np.ndarray]:
         key: value.detach().cpu().numpy().astype(np.float32, copy=True)
         for key, value in model.state_dict().items()
     }
-    _check_layout(model.spec, layout)
+    check_layout(model.spec, layout)
     return layout
 
 
@@ -94,7 +94,7 @@ def from_layout(
         ValueError: naming the key, when a key is missing or unexpected or an array has
             the wrong shape.
     """
-    _check_layout(spec, layout)
+    check_layout(spec, layout)
     model = TorchMLP(spec)
     state = {
         key: torch.from_numpy(np.array(layout[key], dtype=np.float32, copy=True))
@@ -102,20 +102,6 @@ def from_layout(
     }
     model.load_state_dict(state, strict=True)
     return model.to(device)
-
-
-def _check_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> None:
-    """Raises a ValueError naming the first missing, unexpected or misshapen key."""
-    expected = layout_shapes(spec)
-    for key, shape in expected.items():
-        if key not in layout:
-            raise ValueError(f"parameter layout is missing key {key!r} (shape {shape})")
-        actual = tuple(np.shape(layout[key]))
-        if actual != shape:
-            raise ValueError(f"parameter layout key {key!r} has shape {actual}, expected {shape}")
-    unexpected = sorted(set(layout) - set(expected))
-    if unexpected:
-        raise ValueError(f"parameter layout has unexpected key(s) {unexpected}")
 
 
 def masked_advantages(raw: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
