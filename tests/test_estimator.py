@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from traversal_helpers import options
 
 from lc_cfr.game import engine
 from lc_cfr.game.rules import Rules
@@ -88,20 +89,12 @@ def _fixed_networks() -> lockstep.Networks:
 
 
 def _options(unsampled_regret: str) -> lockstep.TraversalOptions:
-    return lockstep.TraversalOptions(
+    return options(
         num_traversals=NUM_TRAVERSALS,
         lanes=LANES,
-        sampling_mode="outcome",
         epsilon=EPSILON,
         value_clip=0.0,
         unsampled_regret=unsampled_regret,
-        max_depth=1,
-        cutoff_turns=0,
-        cutoff_value_mode="score_diff",
-        cutoff_rollouts=1,
-        rollout_policy="random",
-        opponent_policy="network",
-        strategy_samples="opponent",
         fallback=FALLBACK,
         utility_scale=UTILITY_SCALE,
     )

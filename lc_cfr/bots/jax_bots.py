@@ -303,13 +303,6 @@ def _safe_draw(rules: Rules, params: BotParams, state: engine.State, v: _View):
     ).astype(i32)
 
 
-def _nth_legal(mask, bits):
-    """The below(bits, k)-th legal action of a mask with k legal actions (ascending)."""
-    count = jnp.maximum(jnp.sum(mask, dtype=i32), 1)
-    chosen = rng.below(bits, count)
-    return jnp.argmax(jnp.cumsum(mask) > chosen).astype(i32)
-
-
 def _noise_bits(seed, iteration, game_index, counter):
     return rng.random_bits(seed, iteration, game_index, counter, rng.Purpose.BOT_NOISE)
 
@@ -343,7 +336,7 @@ def bot_action(rules: Rules, name: str, state: engine.State, seed, iteration, ga
 
     def random_action():
         bits = _noise_bits(seed, iteration, game_index, counter + jnp.uint32(1))
-        return _nth_legal(mask, bits)
+        return engine.nth_legal(mask, bits)
 
     if params.kind == KIND_RANDOM:
         return random_action()

@@ -343,10 +343,14 @@ def observe(rules: Rules, state: State, player) -> jax.Array:
     return jnp.concatenate([card_block.astype(f32)] + [x.astype(f32) for x in scalars])
 
 
-def random_legal_action(rules: Rules, state: State, seed, iteration, game_index, decision):
-    """The shared random-play choice: the below(bits, k)-th legal action, k legal actions."""
-    mask = legal_action_mask(rules, state)
-    bits = rng.random_bits(seed, iteration, game_index, decision, rng.Purpose.RANDOM_PLAY)
-    count = jnp.maximum(jnp.sum(mask), 1)
+def nth_legal(mask: jax.Array, bits: jax.Array) -> jax.Array:
+    """The below(bits, k)-th legal action of a mask with k legal actions (ascending)."""
+    count = jnp.maximum(jnp.sum(mask, dtype=jnp.int32), 1)
     chosen = rng.below(bits, count)
     return jnp.argmax(jnp.cumsum(mask) > chosen).astype(jnp.int32)
+
+
+def random_legal_action(rules: Rules, state: State, seed, iteration, game_index, decision):
+    """The shared random-play choice: the below(bits, k)-th legal action, k legal actions."""
+    bits = rng.random_bits(seed, iteration, game_index, decision, rng.Purpose.RANDOM_PLAY)
+    return nth_legal(legal_action_mask(rules, state), bits)

@@ -33,12 +33,7 @@ class JaxBackend:
 
     def __init__(self, rules: Rules, spec: mlp.NetworkSpec, options: lockstep.TraversalOptions):
         lockstep.validate_options(options, rules)
-        devices = jax.local_device_count()  # lanes are sharded over all of them
-        if options.num_traversals % devices or options.lanes % devices:
-            raise ValueError(
-                f"traversal.traversals_per_player={options.num_traversals} and traversal.lanes="
-                f"{options.lanes} must be multiples of the {devices} JAX devices"
-            )
+        lockstep.check_devices(options, jax.local_device_count())  # checked at start-up
         self.rules, self.spec, self.options = rules, spec, options
 
     def traverse(self, networks, *, seed, iteration, traverser):

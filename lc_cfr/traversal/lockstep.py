@@ -226,6 +226,16 @@ def _utility(rules: Rules, game: engine.State, traverser, scale: float):
     return jnp.where(traverser == 0, returns[:, 0], returns[:, 1]) * utility_factor(scale)
 
 
+def check_devices(options: TraversalOptions, devices: int) -> None:
+    """The quota and the lanes must split evenly over the devices they are sharded over."""
+    if options.num_traversals % devices or options.lanes % devices:
+        raise ValueError(
+            f"traversal.traversals_per_player={options.num_traversals} and traversal.lanes="
+            f"{options.lanes} must be multiples of the {devices} JAX devices the lanes are "
+            "sharded over"
+        )
+
+
 def run_traversals(
     rules: Rules,
     spec: mlp.NetworkSpec,
@@ -252,12 +262,8 @@ def run_traversals(
     if devices == 1:
         samples, stats = _run(rules, spec, options, networks, *words, jnp.int32(0))
     else:
+        check_devices(options, devices)
         total, lanes = options.num_traversals, options.lanes
-        if total % devices or lanes % devices:
-            raise ValueError(
-                f"traversal.traversals_per_player={total} and traversal.lanes={lanes} must be "
-                f"multiples of the {devices} JAX devices the lanes are sharded over"
-            )
         shard = options._replace(num_traversals=total // devices, lanes=lanes // devices)
         offsets = jnp.arange(devices, dtype=jnp.int32) * (total // devices)
         samples, stats = _run_sharded(rules, spec, shard, total, networks, *words, offsets)
