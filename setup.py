@@ -17,6 +17,13 @@ extensions = [
         include_dirs=[numpy.get_include(), "lc_cfr/game"],
         extra_compile_args=["-O3"],
     ),
+    Extension(
+        "lc_cfr.traversal.cy_traversal",
+        ["lc_cfr/traversal/cy_traversal.pyx"],
+        include_dirs=[numpy.get_include(), "lc_cfr/game"],
+        # no contraction into fused multiply-adds: the float32 bits must match policy.py
+        extra_compile_args=["-O3", "-ffp-contract=off"],
+    ),
 ]
 
 setup(

@@ -35,11 +35,20 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.run.max_iterations = 1000  # stop after this many Deep CFR iterations
     config.run.max_minutes = 0.0  # also stop after this much wall-clock; 0 = no limit
     config.run.progress_bar = True  # tqdm bar with ETA and headline metrics
+    # Torch backends only (recursive | interleaved | server): where their networks run.
+    config.run.device = "cpu"  # cpu | cuda[:N] (cuda needs backend=server or num_workers=0)
+    config.run.use_amp = False  # bfloat16 autocast of torch forwards (docs/performance.md)
+    config.run.torch_compile = False  # torch.compile the torch networks (docs/performance.md)
 
     config.traversal = ml_collections.ConfigDict()
-    config.traversal.backend = "jax"  # one of the registry's backends (lc_cfr.train)
+    config.traversal.backend = "jax"  # jax | recursive | interleaved | server (SPEC section 4)
     config.traversal.traversals_per_player = 280  # per player per iteration
     config.traversal.lanes = 280  # jax: traversals in flight at once (lockstep)
+    config.traversal.num_workers = 2  # torch backends: traversal processes; 0 = in-process
+    config.traversal.worker_chunk_size = 32  # torch backends: traversals per worker task
+    # interleaved: traversals a worker advances together (at most worker_chunk_size)
+    config.traversal.interleave_width = 32
+    config.traversal.interleave_max_batch = 512  # interleaved: rows per batched forward at most
     config.traversal.sampling_mode = "outcome"  # outcome | external
     config.traversal.outcome_sampling_epsilon = 0.6  # traverser exploration mix
     config.traversal.outcome_sampling_value_clip = 20.0  # |importance-weighted value| cap; 0 = off

@@ -28,6 +28,16 @@ external sampling, which evaluates both advantage networks at every decision.)
     .venv/bin/python scripts/bench_traversal.py [--lanes 64,280,1024] [--repeats 3] \
         [--sampling-mode outcome|external] [--traversals N] [--json out.json]
 
+BACKENDS SIDE BY SIDE (`--backends jax,recursive,interleaved,server --workers N`): every
+named backend runs the same config (the trainer's options and worker settings, with
+`traversal.num_workers` = N), the same networks and the same iterations, one backend
+after the other; each gets one untimed warm-up call (compilation, process start-up,
+weight sync) and then `--repeats` timed calls. It prints nodes/s, the realised batch
+(network rows per forward; for `server` the server's batches) and each backend's ratio
+to `jax` and to `recursive` (nodes/s over nodes/s, both measured in this run). A name
+may carry `+amp` (run.use_amp) and/or `+compile` (run.torch_compile), e.g.
+`interleaved+amp`, to measure those options against the plain backend.
+
 Traversals per call default to max(config traversals_per_player, lanes): lanes beyond the
 quota would never run (the trainer refuses them), so a larger lanes value is benchmarked
 with a larger quota. The work per call grows with it; nodes/s stays comparable. With
@@ -52,7 +62,12 @@ import jax.numpy as jnp
 
 from lc_cfr.nets import mlp
 from lc_cfr.train.backends import make_backend
-from lc_cfr.train.trainer import options_from_config, rules_from_config, spec_from_config
+from lc_cfr.train.trainer import (
+    options_from_config,
+    rules_from_config,
+    spec_from_config,
+    worker_settings_from_config,
+)
 from lc_cfr.traversal import lockstep
 from lc_cfr.traversal import policy as pol
 
@@ -168,7 +183,7 @@ class ForwardTimer:
 
 def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) -> dict:
     options = options_for(config, lanes, traversals, mode)
-    backend = make_backend("jax", rules=rules, spec=spec, options=options)
+    backend = make_backend("jax", rules=rules, spec=spec, options=options, settings=None)
     seed = int(config.seed)
 
     def traverse(iteration, traverser):
@@ -238,6 +253,96 @@ def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) ->
     }
 
 
+# ----- backends side by side --------------------------------------------------------
+
+
+def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dict]:
+    """Every backend of `names` on the same options, networks and iterations."""
+    quota = args.traversals or int(config.traversal.traversals_per_player)
+    options = options_for(config, min(int(config.traversal.lanes), quota), quota, mode)
+    settings = worker_settings_from_config(config)._replace(num_workers=args.workers)
+    seed = int(config.seed)
+    rows = []
+    for label in names:
+        name, *extras = label.split("+")
+        unknown = set(extras) - {"amp", "compile"}
+        if unknown:
+            raise SystemExit(f"unknown backend option(s) {sorted(unknown)} in {label!r}")
+        variant = settings._replace(use_amp="amp" in extras, compile="compile" in extras)
+        started = time.perf_counter()
+        backend = make_backend(name, rules=rules, spec=spec, options=options, settings=variant)
+        try:
+            call = functools.partial(backend.traverse, networks, seed=seed)
+            _, warm_seconds, _ = timed(functools.partial(call, iteration=1, traverser=0))
+            runs = []
+            for i in range(args.repeats):
+                (_, stats), wall, cpu = timed(
+                    functools.partial(call, iteration=2 + i, traverser=i % 2)
+                )
+                runs.append({**stats, "seconds": wall, "cpu_seconds": cpu})
+        finally:
+            backend.close()
+        total = functools.partial(_total, runs)
+        seconds = total("seconds")
+        row = {
+            "backend": label,
+            "set_up_and_warm_up_seconds": time.perf_counter() - started - seconds,
+            "warm_up_call_seconds": warm_seconds,
+            "nodes": total("nodes"),
+            "seconds": seconds,
+            "nodes_per_second": total("nodes") / seconds,
+            "cpu_per_wall": total("cpu_seconds") / seconds,
+            "policy_calls": total("policy_calls"),
+            "forward_batches": total("forward_batches"),
+            "realised_batch": total("policy_calls") / max(total("forward_batches"), 1),
+            "batch_max": max(r.get("server_batch_max", 0) for r in runs),
+            "forward_seconds": total("forward_seconds"),
+            "runs": runs,
+        }
+        rows.append(row)
+        print(
+            f"  {label}: {row['nodes_per_second']:,.0f} nodes/s, realised batch "
+            f"{row['realised_batch']:.1f} ({row['set_up_and_warm_up_seconds']:.1f}s set-up)",
+            flush=True,
+        )
+    by_name = {r["backend"]: r for r in rows}
+    for row in rows:
+        for base in ("jax", "recursive"):
+            if base in by_name:
+                row[f"ratio_to_{base}"] = (
+                    row["nodes_per_second"] / by_name[base]["nodes_per_second"]
+                )
+    return rows
+
+
+def _total(runs: list[dict], key: str):
+    return sum(r.get(key, 0) for r in runs)
+
+
+def print_backend_table(rows: list[dict]) -> None:
+    columns = [
+        ("backend", 20, lambda r: r["backend"]),
+        ("nodes", 9, lambda r: f"{r['nodes']}"),
+        ("seconds", 9, lambda r: f"{r['seconds']:.2f}"),
+        ("nodes/s", 10, lambda r: f"{r['nodes_per_second']:,.0f}"),
+        ("batch", 8, lambda r: f"{r['realised_batch']:.1f}"),
+        ("max", 5, lambda r: f"{r['batch_max'] or '-'}"),
+        ("fwd s", 8, lambda r: f"{r['forward_seconds']:.2f}" if r["backend"] != "jax" else "-"),
+        ("cpu/wall", 9, lambda r: f"{r['cpu_per_wall']:.2f}"),
+        ("vs jax", 8, lambda r: f"{r.get('ratio_to_jax', float('nan')):.3f}"),
+        ("vs recursive", 13, lambda r: f"{r.get('ratio_to_recursive', float('nan')):.2f}"),
+    ]
+    print("".join(f"{name:>{width}}" for name, width, _ in columns))
+    for r in rows:
+        print("".join(f"{cell(r):>{width}}" for _, width, cell in columns))
+    print(
+        "nodes/s: traversal decisions per wall second over the timed calls; batch: network\n"
+        "rows per forward (server: per server batch); max: largest server batch; fwd s:\n"
+        "seconds the workers spent waiting for forwards (summed over workers); cpu/wall:\n"
+        "CPU seconds of the trainer's process per wall second (workers not included)."
+    )
+
+
 # ----- main --------------------------------------------------------------------------
 
 
@@ -297,6 +402,15 @@ def main() -> None:
     )
     parser.add_argument("--min-forwards", type=int, default=20)
     parser.add_argument("--json", help="write the figures to this path")
+    parser.add_argument(
+        "--backends",
+        default="",
+        help="comma list, e.g. jax,recursive,interleaved,server: compare them side by side "
+        "(instead of the lanes sweep)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="traversal.num_workers of the torch backends"
+    )
     args = parser.parse_args()
     lanes_values = [int(v) for v in args.lanes.split(",")]
     if args.repeats < 1 or min(lanes_values) < 1:
@@ -317,6 +431,26 @@ def main() -> None:
         f"({jax.default_backend()}), {os.cpu_count()} CPUs",
         flush=True,
     )
+
+    if args.backends:
+        names = [n.strip() for n in args.backends.split(",") if n.strip()]
+        print(f"backends side by side, {args.workers} workers, {args.repeats} timed calls each")
+        rows = bench_backends(config, rules, spec, networks, names, mode, args)
+        print()
+        print_backend_table(rows)
+        if args.json:
+            summary = {
+                "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+                "torch_threads_per_worker": 1,
+                "config": args.config,
+                "sampling_mode": mode,
+                "workers": args.workers,
+                "repeats": args.repeats,
+                "results": rows,
+            }
+            with open(args.json, "w") as f:
+                json.dump(summary, f, indent=2)
+        return
 
     results = []
     for lanes in lanes_values:

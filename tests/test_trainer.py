@@ -95,7 +95,11 @@ def test_cli_smoke_run_writes_every_spec_key_and_resumes(tmp_path):
     bad = subprocess.run(
         command + ["--config.traversal.backend=nope"], cwd=ROOT, env=env, capture_output=True
     )
-    assert bad.returncode != 0 and b"traversal.backend must be one of ['jax']" in bad.stderr
+    assert (
+        bad.returncode != 0
+        and b"traversal.backend must be one of ['interleaved', 'jax', 'recursive', 'server']"
+        in bad.stderr
+    )
 
 
 def test_resumed_run_equals_uninterrupted_run(tmp_path):

@@ -30,12 +30,21 @@ from lc_cfr.learn.learner import check_weighting
 from lc_cfr.memory import reservoir
 from lc_cfr.nets import mlp
 from lc_cfr.train import checkpoint
-from lc_cfr.train.backends import make_backend
+from lc_cfr.train.backends import WorkerSettings, make_backend
 from lc_cfr.train.metrics import MetricsWriter, Progress
 from lc_cfr.traversal import lockstep
 
 # Config blocks a resumed run may change; every other field must match the checkpoint.
-RESUMABLE_CHANGES = ("run.", "checkpoint.", "logging.")
+# Worker counts and widths of the torch backends never change a traversal's samples.
+RESUMABLE_CHANGES = (
+    "run.",
+    "checkpoint.",
+    "logging.",
+    "traversal.num_workers",
+    "traversal.worker_chunk_size",
+    "traversal.interleave_width",
+    "traversal.interleave_max_batch",
+)
 
 
 class TrainState(NamedTuple):
@@ -68,7 +77,7 @@ def spec_from_config(config, rules: Rules) -> mlp.NetworkSpec:
 
 def options_from_config(config) -> lockstep.TraversalOptions:
     t = config.traversal
-    if t.lanes > t.traversals_per_player:
+    if t.backend == "jax" and t.lanes > t.traversals_per_player:
         raise ValueError(
             f"traversal.lanes={t.lanes} exceeds traversal.traversals_per_player="
             f"{t.traversals_per_player}: the extra lanes would never run"
@@ -89,6 +98,20 @@ def options_from_config(config) -> lockstep.TraversalOptions:
         strategy_samples=t.strategy_samples,
         fallback=config.regret_matching.all_negative_fallback,
         utility_scale=float(config.utility_scale),
+    )
+
+
+def worker_settings_from_config(config) -> WorkerSettings:
+    t = config.traversal
+    return WorkerSettings(
+        num_workers=t.num_workers,
+        chunk_size=t.worker_chunk_size,
+        interleave_width=t.interleave_width,
+        interleave_max_batch=t.interleave_max_batch,
+        league_size=config.self_play.league_size,
+        device=config.run.device,
+        use_amp=bool(config.run.use_amp),
+        compile=bool(config.run.torch_compile),
     )
 
 
@@ -151,7 +174,11 @@ class Trainer:
         self.spec = spec_from_config(config, self.rules)
         self.options = options_from_config(config)
         self.backend = make_backend(
-            config.traversal.backend, rules=self.rules, spec=self.spec, options=self.options
+            config.traversal.backend,
+            rules=self.rules,
+            spec=self.spec,
+            options=self.options,
+            settings=worker_settings_from_config(config),
         )
         opt = config.optimization
         check_weighting(config.training_weighting.mode)
@@ -256,7 +283,8 @@ class Trainer:
             jax.block_until_ready(samples)
             timing["traversal_seconds"] += time.perf_counter() - start
             for name, value in stats.items():
-                totals[name] = totals.get(name, 0) + value
+                merge = max if name.endswith("_max") else lambda a, b: a + b
+                totals[name] = merge(totals.get(name, 0), value)
 
             start = time.perf_counter()
             adv_memory[p] = self._add(
@@ -512,6 +540,7 @@ class Trainer:
         finally:
             progress.close()
             metrics.close()
+            self.backend.close()  # worker processes and the inference server stop here
         return state
 
 
