@@ -35,7 +35,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.run.max_iterations = 1000  # stop after this many Deep CFR iterations
     config.run.max_minutes = 0.0  # also stop after this much wall-clock; 0 = no limit
     config.run.progress_bar = True  # tqdm bar with ETA and headline metrics
-    # Torch backends only (recursive | interleaved | server): where their networks run.
+    # Torch networks (backends recursive | interleaved | server, optimization.learner=torch)
     config.run.device = "cpu"  # cpu | cuda[:N] (cuda needs backend=server or num_workers=0)
     config.run.use_amp = False  # bfloat16 autocast of torch forwards (docs/performance.md)
     config.run.torch_compile = False  # torch.compile the torch networks (docs/performance.md)
@@ -90,6 +90,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.optimization.strategy_batch_size = 1024  # samples per update
     config.optimization.advantage_init = "scratch"  # scratch | warm_start
     config.optimization.strategy_train_every = 1  # iterations between strategy training
+    # optax (JAX) | torch (on run.device, with run.use_amp / run.torch_compile); the two
+    # draw the same batches and agree to float32 rounding (docs/performance.md)
+    config.optimization.learner = "optax"
 
     config.memory = ml_collections.ConfigDict()
     config.memory.advantage_capacity = 2_000_000  # per player

@@ -47,6 +47,7 @@ lanes below the quota the last wave of traversals runs part-empty, which `occup`
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
 import importlib.util
 import json
@@ -411,6 +412,13 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=2, help="traversal.num_workers of the torch backends"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="config override, e.g. traversal.interleave_width=128 (repeatable)",
+    )
     args = parser.parse_args()
     lanes_values = [int(v) for v in args.lanes.split(",")]
     if args.repeats < 1 or min(lanes_values) < 1:
@@ -419,6 +427,13 @@ def main() -> None:
         parser.error(f"--lanes {max(lanes_values)} exceeds --traversals {args.traversals}")
 
     config = load_config(args.config)
+    for item in args.set:
+        field, _, text = item.partition("=")
+        *path, last = field.split(".")
+        node = config
+        for part in path:
+            node = node[part]
+        node[last] = type(node[last])(ast.literal_eval(text) if text[:1].isdigit() else text)
     rules = rules_from_config(config)
     spec = spec_from_config(config, rules)
     networks = random_networks(spec, int(config.seed))
@@ -443,6 +458,7 @@ def main() -> None:
                 "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
                 "torch_threads_per_worker": 1,
                 "config": args.config,
+                "overrides": args.set,
                 "sampling_mode": mode,
                 "workers": args.workers,
                 "repeats": args.repeats,

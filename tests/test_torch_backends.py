@@ -17,12 +17,14 @@ a traversal within seconds, and short training runs of each backend stay close t
 `jax` run.
 """
 
+import json
 import os
 import pathlib
 import signal
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -250,7 +252,8 @@ def test_cuda_is_refused_without_a_gpu():
 # ----- short training runs -------------------------------------------------------------
 
 
-def _train(tmp_path, backend, **extra):
+def _train(workdir, backend, iterations=2, **overrides):
+    """A smoke run of `iterations` with `backend` in-process; (state, metric rows)."""
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "configs"))
     import default as default_config
 
@@ -258,20 +261,15 @@ def _train(tmp_path, backend, **extra):
     config.logging.tensorboard = False
     config.checkpoint.save_every = 0
     config.evaluation.eval_every = 0
-    config.run.max_iterations = 2
+    config.run.max_iterations = iterations
     config.traversal.backend = backend
     config.traversal.num_workers = 0
-    for key, value in extra.items():
-        config.traversal[key] = value
-    state = Trainer(config, tmp_path / backend).run()
-    import json
-
-    rows = [
-        json.loads(line)
-        for line in (tmp_path / backend / "metrics.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
-    return state, rows
+    for dotted, value in overrides.items():
+        block, field = dotted.split(".")
+        config[block][field] = value
+    state = Trainer(config, workdir).run()
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    return state, [json.loads(line) for line in lines if line.strip()]
 
 
 @pytest.mark.slow
@@ -283,12 +281,42 @@ def test_short_training_runs_agree_with_jax(tmp_path):
     boundary; on these runs none does, so nodes and memories agree exactly and the losses
     differ only by the targets' rounding.
     """
-    _, want = _train(tmp_path, "jax")
+    _, want = _train(tmp_path / "jax", "jax")
     for backend in ("recursive", "interleaved", "server"):
-        _, rows = _train(tmp_path, backend)
+        _, rows = _train(tmp_path / backend, backend)
         assert len(rows) == len(want) == 2
         for got_row, want_row in zip(rows, want, strict=True):
             for key in ("traversal/nodes", "traversal/terminals", "memory/strategy_seen"):
                 assert got_row[key] == want_row[key], (backend, key)
             for key in ("loss/advantage_p0", "loss/advantage_p1", "loss/strategy"):
                 assert got_row[key] == pytest.approx(want_row[key], rel=1e-4), (backend, key)
+
+
+@pytest.mark.slow
+def test_torch_learner_tracks_optax_and_resumes_exactly(tmp_path):
+    """optimization.learner=torch: the same batches as optax, parameters within float32
+    rounding after two iterations; a resumed torch run equals the uninterrupted one."""
+    optax_state, optax_rows = _train(tmp_path / "optax", "recursive")
+    torch_state, torch_rows = _train(
+        tmp_path / "torch", "recursive", **{"optimization.learner": "torch"}
+    )
+    for a, b in zip(
+        jax.tree.leaves(optax_state.advantage_params + (optax_state.strategy_params,)),
+        jax.tree.leaves(torch_state.advantage_params + (torch_state.strategy_params,)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
+    for got, want in zip(torch_rows, optax_rows, strict=True):
+        assert got["traversal/nodes"] == want["traversal/nodes"]
+        for key in ("loss/advantage_p0", "loss/advantage_p1", "loss/strategy"):
+            assert got[key] == pytest.approx(want[key], rel=1e-4), key
+
+    _train(tmp_path / "split", "recursive", iterations=1, **{"optimization.learner": "torch"})
+    split, _ = _train(tmp_path / "split", "recursive", **{"optimization.learner": "torch"})
+    for a, b in zip(jax.tree.leaves(torch_state), jax.tree.leaves(split), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_unknown_learner_names_the_field(tmp_path):
+    with pytest.raises(ValueError, match=r"optimization\.learner"):
+        _train(tmp_path, "jax", **{"optimization.learner": "sgd"})

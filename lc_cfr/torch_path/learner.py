@@ -252,8 +252,9 @@ class TorchLearner:
         return AdamWState(count=count, mu=state.mu, nu=state.nu)
 
     # ------------------------------------------------------------------ training
-    def loss(self, model: torch.nn.Module, batch: MemoryTensors) -> torch.Tensor:
-        """The weighted loss of `model` on a batch (info, mask, target, iteration)."""
+    def loss(self, model: Any, batch: MemoryTensors) -> torch.Tensor:
+        """The weighted loss of `model` (any callable network) on a batch (info, mask,
+        target, iteration)."""
         raw = model(batch.info.to(torch.float32))
         weight = sample_weights(batch.iteration, mode=self.weighting)
         return self._loss(raw, batch.mask, batch.target, weight)
@@ -264,6 +265,8 @@ class TorchLearner:
         memory: Any,
         indices: Any,
         opt_state: AdamWState | None = None,
+        *,
+        forward: Any = None,
     ) -> tuple[torch.nn.Module, AdamWState, dict[str, float]]:
         """Runs `num_updates` steps, step k on the rows `indices[k]` of `memory`.
 
@@ -275,6 +278,8 @@ class TorchLearner:
             indices: [num_updates, batch_size] integer rows into the memory.
             opt_state: AdamW state to continue from; None starts fresh (as
                 `Learner.init`).
+            forward: what computes the outputs (e.g. `torch.compile(model)`); default
+                the model itself. The parameters trained are always the model's.
 
         Returns:
             (model, opt_state, metrics) with metrics {"loss_first", "loss_last",
@@ -311,7 +316,7 @@ class TorchLearner:
         losses = []
         for rows in index:
             batch = MemoryTensors(*(field[rows] for field in data))
-            loss = self.loss(model, batch)
+            loss = self.loss(model if forward is None else forward, batch)
             grads = torch.autograd.grad(loss, params)
             opt_state = self.apply_gradients(model, dict(zip(names, grads, strict=True)), opt_state)
             losses.append(loss.detach())

@@ -18,6 +18,7 @@ picks up new weights without any message besides the board itself.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import threading
@@ -455,15 +456,21 @@ class NetSet:
         rows = self._check_rows(ids, obs)
         if rows == 0:
             return np.zeros((0, self.spec.num_actions), np.float32)
+        self.forward_calls += 1
+        self.forward_rows += rows
+        first = int(ids[0])
+        if rows == 1 or not (ids != first).any():
+            # One network (every batch-1 call): no grouping, the least Python per call.
+            self.model_calls += 1
+            with self._mode():
+                x = torch.from_numpy(np.ascontiguousarray(obs)).to(self.device)
+                return self._runner(first)(x).float().cpu().numpy()
         # A stable sort makes each net id's rows one contiguous run.
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order]
         starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
         ends = np.r_[starts[1:], rows]
-        with (
-            torch.inference_mode(),
-            torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_amp),
-        ):
+        with self._mode():
             x = torch.from_numpy(np.ascontiguousarray(obs[order])).to(self.device)
             outs = [
                 self._runner(int(sorted_ids[start]))(x[start:end])
@@ -473,10 +480,18 @@ class NetSet:
             out_sorted = y.float().cpu().numpy()
         result = np.empty_like(out_sorted)
         result[order] = out_sorted
-        self.forward_calls += 1
-        self.forward_rows += rows
         self.model_calls += len(outs)
         return result
+
+    def _mode(self) -> contextlib.AbstractContextManager:
+        """inference_mode, plus bfloat16 autocast with use_amp (entered only then: even a
+        disabled autocast costs microseconds per batch-1 call)."""
+        if not self.use_amp:
+            return torch.inference_mode()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
+        return stack
 
     def _check_rows(self, ids: np.ndarray, obs: np.ndarray) -> int:
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):

@@ -115,6 +115,38 @@ def worker_settings_from_config(config) -> WorkerSettings:
     )
 
 
+LEARNERS = ("optax", "torch")
+
+
+def _make_learner(config, spec: mlp.NetworkSpec, kind: str):
+    """The `optimization.learner` for networks of `kind` ('advantage' or 'strategy')."""
+    opt = config.optimization
+    if opt.learner not in LEARNERS:
+        raise ValueError(f"optimization.learner must be one of {LEARNERS}, got {opt.learner!r}")
+    sizes = dict(
+        batch_size=opt[f"{kind}_batch_size"],
+        num_updates=opt[f"{kind}_updates"],
+        weighting=config.training_weighting.mode,
+    )
+    hyper = dict(
+        learning_rate=opt.learning_rate, weight_decay=opt.weight_decay, grad_clip=opt.grad_clip
+    )
+    if opt.learner == "optax":
+        return Learner(spec, kind=kind, optimizer=make_optimizer(**hyper), **sizes)
+    from lc_cfr.torch_path.trainer_learner import TrainerTorchLearner  # torch only if asked
+
+    run = config.run
+    return TrainerTorchLearner(
+        spec,
+        kind=kind,
+        device=run.device,
+        use_amp=bool(run.use_amp),
+        compile=bool(run.torch_compile),
+        **hyper,
+        **sizes,
+    )
+
+
 def _names(text: str, field: str, valid) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     bad = [name for name in names if name not in valid]
@@ -192,27 +224,8 @@ class Trainer:
         sp = config.self_play
         if sp.league_size < 1 or sp.snapshot_every < 1:
             raise ValueError("self_play.league_size and self_play.snapshot_every must be >= 1")
-        optimizer = make_optimizer(
-            learning_rate=opt.learning_rate,
-            weight_decay=opt.weight_decay,
-            grad_clip=opt.grad_clip,
-        )
-        weighting = config.training_weighting.mode
-        self.advantage_learner = Learner(
-            self.spec,
-            kind="advantage",
-            optimizer=optimizer,
-            batch_size=opt.advantage_batch_size,
-            num_updates=opt.advantage_updates,
-            weighting=weighting,
-        )
-        self.strategy_learner = Learner(
-            self.spec,
-            kind="strategy",
-            optimizer=optimizer,
-            batch_size=opt.strategy_batch_size,
-            num_updates=opt.strategy_updates,
-            weighting=weighting,
+        self.advantage_learner, self.strategy_learner = (
+            _make_learner(config, self.spec, kind) for kind in ("advantage", "strategy")
         )
         for field in ("advantage_capacity", "strategy_capacity"):
             if config.memory[field] < 1:

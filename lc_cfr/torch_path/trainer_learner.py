@@ -1,0 +1,151 @@
+"""The torch learner behind the optax learner's interface, for the trainer.
+
+`TrainerTorchLearner` has the `init` / `train` of `lc_cfr.learn.learner.Learner` (flax
+parameters in, flax parameters out; a `Reservoir` memory; a JAX key), and trains with
+`TorchLearner` on `run.device`, optionally under bfloat16 autocast (`run.use_amp`) and
+`torch.compile` (`run.torch_compile`). It draws its batches with the same keys as the
+optax learner (`reservoir_sample` row draws), so with the same memory both learners see
+the same batches in the same order and, in float32, end within float32 rounding of
+each other (tests/test_torch_parity.py bounds it).
+
+The optimizer state is a pytree of numpy arrays ({"count", "mu", "nu"}, moments in the
+canonical layout), so the trainer checkpoints it like the optax state. The memory rows
+reach torch without a copy where JAX and torch share the host (DLPack), else in one
+contiguous copy per call; nothing is stacked per step.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from lc_cfr.memory.reservoir import Reservoir
+from lc_cfr.nets import mlp
+from lc_cfr.torch_path.learner import AdamWState, MemoryTensors, TorchLearner, memory_tensors
+from lc_cfr.torch_path.nets import from_layout, to_layout
+from lc_cfr.torch_path.weights import resolve_device
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def batch_rows(size: jax.Array, key: jax.Array, num_updates: int, batch_size: int) -> jax.Array:
+    """[num_updates, batch_size] rows: the draws of the optax learner's scan, step by step."""
+    keys = jax.random.split(key, num_updates)
+    high = jnp.maximum(size, 1)
+    return jax.vmap(lambda k: jax.random.randint(k, (batch_size,), 0, high))(keys)
+
+
+def _shared_tensor(array, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A torch view of a JAX array (DLPack, no copy) on the CPU, else a copy."""
+    if device.type == "cpu":
+        try:
+            return torch.from_dlpack(array).to(dtype)
+        except (RuntimeError, TypeError, BufferError):
+            pass
+    return torch.from_numpy(np.array(array)).to(device=device, dtype=dtype)
+
+
+class TrainerTorchLearner:
+    """`Learner.init` / `Learner.train` computed by `TorchLearner` (see the module doc)."""
+
+    def __init__(
+        self,
+        spec: mlp.NetworkSpec,
+        *,
+        kind: str,
+        learning_rate: float,
+        weight_decay: float,
+        grad_clip: float,
+        batch_size: int,
+        num_updates: int,
+        weighting: str,
+        device: str = "cpu",
+        use_amp: bool = False,
+        compile: bool = False,
+    ):
+        """Hyper-parameters as `TorchLearner`; device, use_amp, compile as `run.*`."""
+        self.spec = spec
+        self.kind = kind
+        self.device = resolve_device(device)
+        self.use_amp = bool(use_amp)
+        self.compile = bool(compile)
+        self.learner = TorchLearner(
+            spec,
+            kind=kind,
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            grad_clip=grad_clip,
+            batch_size=batch_size,
+            num_updates=num_updates,
+            weighting=weighting,
+        )
+        self.batch_size, self.num_updates = batch_size, num_updates
+        self.trace_count = 0  # the optax Learner's recompile counter; nothing traces here
+        self._model = None
+        self._runner = None
+
+    def init(self, key: jax.Array):
+        """Fresh (flax params, optimizer state): the optax learner's initial parameters."""
+        params = mlp.init_params(self.spec, key)
+        zeros = {k: np.zeros(s, np.float32) for k, s in mlp.layout_shapes(self.spec).items()}
+        state = {
+            "count": np.zeros((), np.int32),
+            "mu": zeros,
+            "nu": {k: v.copy() for k, v in zeros.items()},
+        }
+        return params, state
+
+    def train(self, params, opt_state, memory: Reservoir, key: jax.Array):
+        """`num_updates` AdamW steps on batches drawn as the optax learner draws them."""
+        rows = np.array(batch_rows(memory.size, key, self.num_updates, self.batch_size))
+        data = self._memory(memory)
+        model = self._load(params)
+        state = AdamWState(
+            count=int(opt_state["count"]),
+            mu={k: self._tensor(v) for k, v in opt_state["mu"].items()},
+            nu={k: self._tensor(v) for k, v in opt_state["nu"].items()},
+        )
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_amp):
+            model, state, metrics = self.learner.train(
+                model, data, rows, state, forward=self._runner
+            )
+        layout = to_layout(self._model)
+        new_state = {
+            "count": np.asarray(state.count, np.int32),
+            "mu": {k: v.detach().cpu().numpy().copy() for k, v in state.mu.items()},
+            "nu": {k: v.detach().cpu().numpy().copy() for k, v in state.nu.items()},
+        }
+        metrics = {name: jnp.float32(value) for name, value in metrics.items()}
+        return mlp.from_layout(self.spec, layout), new_state, metrics
+
+    # ----- helpers -----------------------------------------------------------------
+
+    def _tensor(self, array) -> torch.Tensor:
+        return torch.from_numpy(np.array(array, np.float32)).to(self.device)
+
+    def _memory(self, memory: Reservoir) -> MemoryTensors:
+        if self.device.type != "cpu":
+            return memory_tensors(memory, device=self.device)
+        return MemoryTensors(
+            info=_shared_tensor(memory.info, torch.float16, self.device),
+            mask=_shared_tensor(memory.mask, torch.bool, self.device),
+            target=_shared_tensor(memory.target, torch.float32, self.device),
+            iteration=_shared_tensor(memory.iteration, torch.int32, self.device),
+        )
+
+    def _load(self, params) -> torch.nn.Module:
+        """The learner's one torch model holding `params` (built once, then copied into,
+        so a compiled model keeps its compiled code)."""
+        layout = mlp.to_layout(self.spec, jax.device_get(params))
+        if self._model is None:
+            self._model = from_layout(self.spec, layout, device=self.device)
+            if self.compile:
+                self._runner = torch.compile(self._model)
+        else:
+            with torch.no_grad():
+                for name, value in self._model.state_dict().items():
+                    value.copy_(torch.from_numpy(np.asarray(layout[name])))
+        return self._model
