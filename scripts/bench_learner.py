@@ -1,7 +1,7 @@
 """Training speed of the optax and torch learners side by side (optimization.learner).
 
 Builds the advantage learner of the config exactly as the trainer does
-(`lc_cfr.train.trainer._make_learner`) for each variant, `optax`, `torch`, `torch+amp`
+(`lc_cfr.train.trainer.learner_from_config`) for each variant, `optax`, `torch`, `torch+amp`
 (run.use_amp: bfloat16 autocast) and `torch+compile` (run.torch_compile), fills one
 reservoir memory with `--rows` random rows, and times `train` calls of `--updates`
 updates of the config's batch size from the same start. One untimed call first
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from lc_cfr.memory import reservoir
-from lc_cfr.train.trainer import _make_learner, rules_from_config, spec_from_config
+from lc_cfr.train.trainer import learner_from_config, rules_from_config, spec_from_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_traversal import DEFAULT_CONFIG, load_config  # noqa: E402
@@ -87,7 +87,7 @@ def main() -> None:
         config.optimization.learner = name
         config.run.use_amp = "amp" in extras
         config.run.torch_compile = "compile" in extras
-        learner = _make_learner(config, spec, "advantage")
+        learner = learner_from_config(config, spec, "advantage")
         params, opt_state = learner.init(jax.random.PRNGKey(1))
         key = jax.random.PRNGKey(2)
         start = time.perf_counter()

@@ -316,6 +316,13 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
     return rows
 
 
+def print_columns(columns, rows: list[dict]) -> None:
+    """A right-aligned table: columns are (header, width, cell function of a row)."""
+    print("".join(f"{name:>{width}}" for name, width, _ in columns))
+    for r in rows:
+        print("".join(f"{cell(r):>{width}}" for _, width, cell in columns))
+
+
 def _total(runs: list[dict], key: str):
     return sum(r.get(key, 0) for r in runs)
 
@@ -333,9 +340,7 @@ def print_backend_table(rows: list[dict]) -> None:
         ("vs jax", 8, lambda r: f"{r.get('ratio_to_jax', float('nan')):.3f}"),
         ("vs recursive", 13, lambda r: f"{r.get('ratio_to_recursive', float('nan')):.2f}"),
     ]
-    print("".join(f"{name:>{width}}" for name, width, _ in columns))
-    for r in rows:
-        print("".join(f"{cell(r):>{width}}" for _, width, cell in columns))
+    print_columns(columns, rows)
     print(
         "nodes/s: traversal decisions per wall second over the timed calls; batch: network\n"
         "rows per forward (server: per server batch); max: largest server batch; fwd s:\n"
@@ -365,9 +370,7 @@ def print_table(results: list[dict]) -> None:
         ("percall", 10, lambda r: f"{r['forward']['python_call_rows_per_second']:,.0f}"),
         ("compile s", 10, lambda r: f"{r['compile_seconds_estimate']:.1f}"),
     ]
-    print("".join(f"{name:>{width}}" for name, width, _ in columns))
-    for r in results:
-        print("".join(f"{cell(r):>{width}}" for _, width, cell in columns))
+    print_columns(columns, results)
     print(
         "batch: realised batch = policy_calls / forward_batches; occup: batch / lanes;\n"
         "fwd/node: policy_calls / nodes (network rows evaluated per node); call s: median "

@@ -53,36 +53,20 @@ class TrainerTorchLearner:
 
     def __init__(
         self,
-        spec: mlp.NetworkSpec,
+        learner: TorchLearner,
         *,
-        kind: str,
-        learning_rate: float,
-        weight_decay: float,
-        grad_clip: float,
-        batch_size: int,
-        num_updates: int,
-        weighting: str,
         device: str = "cpu",
         use_amp: bool = False,
         compile: bool = False,
     ):
-        """Hyper-parameters as `TorchLearner`; device, use_amp, compile as `run.*`."""
-        self.spec = spec
-        self.kind = kind
+        """Wraps `learner` (its spec, kind and hyper-parameters); device, use_amp and
+        compile as `run.device`, `run.use_amp`, `run.torch_compile`."""
+        self.learner = learner
+        self.spec, self.kind = learner.spec, learner.kind
+        self.batch_size, self.num_updates = learner.batch_size, learner.num_updates
         self.device = resolve_device(device)
         self.use_amp = bool(use_amp)
         self.compile = bool(compile)
-        self.learner = TorchLearner(
-            spec,
-            kind=kind,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            grad_clip=grad_clip,
-            batch_size=batch_size,
-            num_updates=num_updates,
-            weighting=weighting,
-        )
-        self.batch_size, self.num_updates = batch_size, num_updates
         self.trace_count = 0  # the optax Learner's recompile counter; nothing traces here
         self._model = None
         self._runner = None

@@ -118,7 +118,7 @@ def worker_settings_from_config(config) -> WorkerSettings:
 LEARNERS = ("optax", "torch")
 
 
-def _make_learner(config, spec: mlp.NetworkSpec, kind: str):
+def learner_from_config(config, spec: mlp.NetworkSpec, kind: str):
     """The `optimization.learner` for networks of `kind` ('advantage' or 'strategy')."""
     opt = config.optimization
     if opt.learner not in LEARNERS:
@@ -133,17 +133,14 @@ def _make_learner(config, spec: mlp.NetworkSpec, kind: str):
     )
     if opt.learner == "optax":
         return Learner(spec, kind=kind, optimizer=make_optimizer(**hyper), **sizes)
-    from lc_cfr.torch_path.trainer_learner import TrainerTorchLearner  # torch only if asked
+    from lc_cfr.torch_path import TorchLearner  # torch is imported only if asked for
+    from lc_cfr.torch_path.trainer_learner import TrainerTorchLearner
 
-    run = config.run
     return TrainerTorchLearner(
-        spec,
-        kind=kind,
-        device=run.device,
-        use_amp=bool(run.use_amp),
-        compile=bool(run.torch_compile),
-        **hyper,
-        **sizes,
+        TorchLearner(spec, kind=kind, **hyper, **sizes),
+        device=config.run.device,
+        use_amp=bool(config.run.use_amp),
+        compile=bool(config.run.torch_compile),
     )
 
 
@@ -225,7 +222,7 @@ class Trainer:
         if sp.league_size < 1 or sp.snapshot_every < 1:
             raise ValueError("self_play.league_size and self_play.snapshot_every must be >= 1")
         self.advantage_learner, self.strategy_learner = (
-            _make_learner(config, self.spec, kind) for kind in ("advantage", "strategy")
+            learner_from_config(config, self.spec, kind) for kind in ("advantage", "strategy")
         )
         for field in ("advantage_capacity", "strategy_capacity"):
             if config.memory[field] < 1:
