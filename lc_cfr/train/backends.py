@@ -94,7 +94,7 @@ def make_backend(name: str, *, rules, spec, options, settings) -> Backend:
     Args:
         name: traversal.backend.
         rules, spec, options: the game, network shape and traversal options.
-        settings: `lc_cfr.torch_path.backends.WorkerSettings` (read by the torch
+        settings: `WorkerSettings` above (read by the torch
             backends only).
     """
     if name not in BACKENDS:
