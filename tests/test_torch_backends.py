@@ -220,6 +220,22 @@ def test_dead_server_fails_the_traversal_quickly():
         backend.close()
 
 
+def test_dead_worker_fails_the_traversal_with_a_clear_error():
+    opts = options(num_traversals=QUOTA, lanes=5)
+    backend = make_backend(
+        "recursive", rules=TINY, spec=SPEC, options=opts, settings=settings(num_workers=2)
+    )
+    try:
+        backend.traverse(NETWORKS, seed=5, iteration=3, traverser=0)  # workers are up
+        victim = next(iter(backend.pool._processes.values()))  # no public handle on them
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(10)
+        with pytest.raises(RuntimeError, match="traversal worker of the recursive backend died"):
+            backend.traverse(NETWORKS, seed=5, iteration=4, traverser=0)
+    finally:
+        backend.close()
+
+
 @pytest.mark.parametrize(
     "overrides, field",
     [

@@ -234,8 +234,9 @@ class TorchBackend:
         return self._assemble(chunks), stats
 
     def _run_pool(self, tasks):
-        futures = [self.pool.submit(worker_chunk, task) for task in tasks]
+        futures = []
         try:
+            futures = [self.pool.submit(worker_chunk, task) for task in tasks]
             pending = set(futures)
             while pending:
                 _, pending = concurrent.futures.wait(
