@@ -147,6 +147,7 @@ class TorchBackend:
                 self.server = server_lib.InferenceServer(
                     spec,
                     self.board.handle(),
+                    # a recursive worker has one request in flight at a time
                     num_slots=max(settings.num_workers, 1),
                     rows_per_slot=2,
                     device=settings.device,
