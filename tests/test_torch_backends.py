@@ -44,12 +44,14 @@ EXACT_STATS = (
     "cutoffs",
     "endpoint_depth_sum",
     "rollout_decisions",
+    "clipped_values",
 )
 
 CASES = {
     "outcome": {},
     "outcome_zero_regret": dict(unsampled_regret="zero"),
     "outcome_no_clip": dict(value_clip=0.0),
+    "outcome_tight_clip": dict(value_clip=0.5),
     "outcome_cutoff_score": dict(cutoff_turns=4),
     "outcome_cutoff_rollouts": dict(
         cutoff_turns=4, cutoff_value_mode="rollouts", rollout_policy="safe_heuristic"
@@ -129,6 +131,7 @@ def assert_same_stats(stats, want: lockstep.TraversalStats):
         "cutoffs": want.cutoffs,
         "endpoint_depth_sum": want.endpoint_depth_sum,
         "rollout_decisions": want.rollout_decisions,
+        "clipped_values": want.clipped_values,
     }
     assert stats["policy_calls"] > 0 and stats["forward_batches"] > 0
 
@@ -163,6 +166,8 @@ def test_recursive_and_interleaved_match_jax(case):
         for key in EXACT_STATS + ("policy_calls",):
             assert interleaved_stats[key] == stats[key], key
     assert min(counts.values()) > 0, f"the case stores no samples of a kind: {counts}"
+    if case == "outcome_tight_clip":  # the clip statistic is exercised, not just zero
+        assert stats["clipped_values"] > 0
 
 
 @pytest.mark.parametrize("case", SERVER_CASES)

@@ -79,7 +79,9 @@ def test_lockstep_equals_reference(case):
             np.testing.assert_array_equal(info, record.info)
             np.testing.assert_array_equal(mask, record.mask)
             np.testing.assert_array_equal(target, record.target, err_msg=f"{kind} {record}")
-    for name in ["nodes", "terminals", "truncations", "cutoffs", "endpoint_depth_sum"]:
+    for name in ["nodes", "terminals", "truncations", "cutoffs", "endpoint_depth_sum"] + [
+        "clipped_values"
+    ]:
         assert int(getattr(stats, name)) == result.stats[name], name
     assert int(stats.rollout_decisions) == result.stats["rollouts"]
     if "cutoff" in case:

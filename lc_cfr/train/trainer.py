@@ -292,6 +292,7 @@ class Trainer:
             )
             jax.block_until_ready(samples)
             timing["traversal_seconds"] += time.perf_counter() - start
+            stats["advantage_samples"] = int(jnp.sum(samples.advantage_valid))
             for name, value in stats.items():
                 merge = max if name.endswith("_max") else lambda a, b: a + b
                 totals[name] = merge(totals.get(name, 0), value)
@@ -358,6 +359,10 @@ class Trainer:
             row[f"traversal/{name}"] = value
         row["traversal/realised_batch_size"] = totals["policy_calls"] / max(
             totals["forward_batches"], 1
+        )
+        # outcome sampling: the share of advantage targets whose value hit value_clip
+        row["traversal/clipped_value_fraction"] = totals["clipped_values"] / max(
+            totals["advantage_samples"], 1
         )
         paths = totals["terminals"] + totals["truncations"] + totals["cutoffs"]
         row["traversal/mean_endpoint_depth"] = totals["endpoint_depth_sum"] / max(paths, 1)

@@ -78,6 +78,7 @@ STAT_NAMES = (
     "cutoffs",
     "endpoint_depth_sum",
     "rollout_decisions",
+    "clipped_values",
 )
 
 
@@ -138,6 +139,7 @@ ctypedef struct Stats:
     int64_t cutoffs
     int64_t endpoint_depth_sum
     int64_t rollout_decisions
+    int64_t clipped_values
 
 
 # ----- per-node arithmetic (policy.py, operation for operation) ---------------------
@@ -402,7 +404,8 @@ cdef class TraversalCore:
         """The chunk's totals as a dict of ints (`STAT_NAMES`)."""
         return {name: int(value) for name, value in zip(STAT_NAMES, (
             self.s.nodes, self.s.policy_calls, self.s.terminals, self.s.truncations,
-            self.s.cutoffs, self.s.endpoint_depth_sum, self.s.rollout_decisions))}
+            self.s.cutoffs, self.s.endpoint_depth_sum, self.s.rollout_decisions,
+            self.s.clipped_values))}
 
     # ----- context life cycle ------------------------------------------------------
 
@@ -655,6 +658,7 @@ cdef class TraversalCore:
             ratio = chosen / prob
             value = weight * utility / prob
             if self.o.value_clip > 0.0:
+                self.s.clipped_values += (value > self.o.value_clip) | (value < -self.o.value_clip)
                 value = min(max(value, -self.o.value_clip), self.o.value_clip)
             for a in range(self.num_actions):
                 if not mask[a]:

@@ -138,6 +138,7 @@ class TraversalStats(NamedTuple):
     cutoffs: jax.Array  # paths ending at cutoff_turns
     endpoint_depth_sum: jax.Array  # decisions from the deal to each path's end
     rollout_decisions: jax.Array  # decisions inside cut-off playouts
+    clipped_values: jax.Array  # outcome: advantage samples whose |W u / q| > value_clip
     steps: jax.Array  # lockstep iterations
     dropped_samples: jax.Array  # samples beyond a traversal's slots (always 0; checked)
 
@@ -704,6 +705,11 @@ class _Machine:
             )
             utility = jnp.broadcast_to(lanes.utility[:, None], (T, D))
             target = jax.vmap(jax.vmap(targets))(policy, mask, action, prob, after, utility)
-            target = jnp.where(samples.advantage_valid.reshape(T, D)[..., None], target, 0.0)
+            valid = samples.advantage_valid.reshape(T, D)
+            target = jnp.where(valid[..., None], target, 0.0)
             samples = samples._replace(advantage_target=target.reshape(T * D, -1))
+            if self.o.value_clip > 0:
+                clipped = valid & (jnp.abs(after * utility / prob) > self.o.value_clip)
+                stats = lanes.stats._replace(clipped_values=jnp.sum(clipped, dtype=jnp.int32))
+                return samples, stats
         return samples, lanes.stats

@@ -96,7 +96,16 @@ class ReferenceTraversal:
         self.networks, self.seed, self.iteration = networks, seed, iteration
         self.traverser = traverser
         self.stats = dict.fromkeys(
-            ["nodes", "terminals", "truncations", "cutoffs", "endpoint_depth_sum", "rollouts"], 0
+            [
+                "nodes",
+                "terminals",
+                "truncations",
+                "cutoffs",
+                "endpoint_depth_sum",
+                "rollouts",
+                "clipped_values",
+            ],
+            0,
         )
         self.advantage, self.strategy = [], []
         for j in range(self.o.num_traversals):
@@ -222,6 +231,9 @@ class ReferenceTraversal:
         after = self._weights_after(jnp.asarray(ratios), len(path))
         for k, (obs, mask, sigma, action, q) in enumerate(path):
             target = self._targets(sigma, mask, action, q, after[k], utility)
+            value = after[k] * utility / q  # as outcome_targets computes it, before the clip
+            clip = self.o.value_clip
+            self.stats["clipped_values"] += int(clip > 0 and bool(jnp.abs(value) > clip))
             self.advantage.append(
                 Record(self.traversal, k, np.asarray(obs), np.asarray(mask), np.asarray(target))
             )
