@@ -54,7 +54,8 @@ def memory_tensors(memory: Any, *, device: torch.device | str = "cpu") -> Memory
     Args:
         memory: a `MemoryTensors`, a `lc_cfr.memory.reservoir.Reservoir` (jax arrays), or a
             mapping with "info", "mask", "target", "iteration" (e.g. from
-            `reservoir.to_numpy`); numpy, jax or torch arrays.
+            `reservoir.to_numpy`); numpy, jax or torch arrays (host JAX arrays are shared
+            through DLPack, not copied).
         device: where the tensors live.
 
     Raises:
@@ -73,6 +74,11 @@ def memory_tensors(memory: Any, *, device: torch.device | str = "cpu") -> Memory
     def tensor(value, dtype):
         if isinstance(value, torch.Tensor):
             return value.to(device=device, dtype=dtype).contiguous()
+        if hasattr(value, "__dlpack__") and torch.device(device).type == "cpu":
+            try:  # a JAX array on the host: share its buffer, no copy
+                return torch.from_dlpack(value).to(dtype=dtype).contiguous()
+            except (RuntimeError, TypeError, BufferError):
+                pass
         array = np.ascontiguousarray(np.asarray(value))
         if not array.flags.writeable:  # e.g. a view of a jax array: torch wants a copy
             array = array.copy()

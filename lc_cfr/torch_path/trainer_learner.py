@@ -25,7 +25,7 @@ import torch
 
 from lc_cfr.memory.reservoir import Reservoir
 from lc_cfr.nets import mlp
-from lc_cfr.torch_path.learner import AdamWState, MemoryTensors, TorchLearner, memory_tensors
+from lc_cfr.torch_path.learner import AdamWState, TorchLearner, memory_tensors
 from lc_cfr.torch_path.nets import from_layout, to_layout
 from lc_cfr.torch_path.weights import resolve_device
 
@@ -36,16 +36,6 @@ def batch_rows(size: jax.Array, key: jax.Array, num_updates: int, batch_size: in
     keys = jax.random.split(key, num_updates)
     high = jnp.maximum(size, 1)
     return jax.vmap(lambda k: jax.random.randint(k, (batch_size,), 0, high))(keys)
-
-
-def _shared_tensor(array, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A torch view of a JAX array (DLPack, no copy) on the CPU, else a copy."""
-    if device.type == "cpu":
-        try:
-            return torch.from_dlpack(array).to(dtype)
-        except (RuntimeError, TypeError, BufferError):
-            pass
-    return torch.from_numpy(np.array(array)).to(device=device, dtype=dtype)
 
 
 class TrainerTorchLearner:
@@ -85,7 +75,7 @@ class TrainerTorchLearner:
     def train(self, params, opt_state, memory: Reservoir, key: jax.Array):
         """`num_updates` AdamW steps on batches drawn as the optax learner draws them."""
         rows = np.array(batch_rows(memory.size, key, self.num_updates, self.batch_size))
-        data = self._memory(memory)
+        data = memory_tensors(memory, device=self.device)
         model = self._load(params)
         state = AdamWState(
             count=int(opt_state["count"]),
@@ -109,16 +99,6 @@ class TrainerTorchLearner:
 
     def _tensor(self, array) -> torch.Tensor:
         return torch.from_numpy(np.array(array, np.float32)).to(self.device)
-
-    def _memory(self, memory: Reservoir) -> MemoryTensors:
-        if self.device.type != "cpu":
-            return memory_tensors(memory, device=self.device)
-        return MemoryTensors(
-            info=_shared_tensor(memory.info, torch.float16, self.device),
-            mask=_shared_tensor(memory.mask, torch.bool, self.device),
-            target=_shared_tensor(memory.target, torch.float32, self.device),
-            iteration=_shared_tensor(memory.iteration, torch.int32, self.device),
-        )
 
     def _load(self, params) -> torch.nn.Module:
         """The learner's one torch model holding `params` (built once, then copied into,

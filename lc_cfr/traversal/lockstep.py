@@ -709,7 +709,9 @@ class _Machine:
             target = jnp.where(valid[..., None], target, 0.0)
             samples = samples._replace(advantage_target=target.reshape(T * D, -1))
             if self.o.value_clip > 0:
-                clipped = valid & (jnp.abs(after * utility / prob) > self.o.value_clip)
+                clipped = valid & (
+                    jnp.abs(pol.sampled_value(after, utility, prob)) > self.o.value_clip
+                )
                 stats = lanes.stats._replace(clipped_values=jnp.sum(clipped, dtype=jnp.int32))
                 return samples, stats
         return samples, lanes.stats

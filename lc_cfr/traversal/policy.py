@@ -83,6 +83,11 @@ def sample_action(probs: jax.Array, mask: jax.Array, bits: jax.Array) -> jax.Arr
     return jnp.where(jnp.any(above), jnp.argmax(above), last_legal).astype(jnp.int32)
 
 
+def sampled_value(weight_after: jax.Array, utility: jax.Array, sample_prob: jax.Array):
+    """The importance-weighted value v~ = W * u / q of a sampled action, before any clip."""
+    return weight_after * utility / sample_prob
+
+
 def outcome_targets(
     policy: jax.Array,
     mask: jax.Array,
@@ -128,7 +133,7 @@ def outcome_targets(
             "traversal.outcome_unsampled_regret must be one of "
             f"{UNSAMPLED_REGRET_MODES}, got {unsampled_regret!r}"
         )
-    value = weight_after * utility / sample_prob
+    value = sampled_value(weight_after, utility, sample_prob)
     if value_clip > 0:
         value = jnp.clip(value, -value_clip, value_clip)
     sampled = jnp.arange(policy.shape[-1]) == action

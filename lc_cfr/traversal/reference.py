@@ -231,7 +231,7 @@ class ReferenceTraversal:
         after = self._weights_after(jnp.asarray(ratios), len(path))
         for k, (obs, mask, sigma, action, q) in enumerate(path):
             target = self._targets(sigma, mask, action, q, after[k], utility)
-            value = after[k] * utility / q  # as outcome_targets computes it, before the clip
+            value = pol.sampled_value(after[k], utility, q)
             clip = self.o.value_clip
             self.stats["clipped_values"] += int(clip > 0 and bool(jnp.abs(value) > clip))
             self.advantage.append(
