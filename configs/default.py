@@ -55,18 +55,27 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # Targets of unsampled actions: negative_node_value (unbiased) | zero (biased).
     config.traversal.outcome_unsampled_regret = "negative_node_value"  # see line above
     config.traversal.max_depth = 2  # external: traverser decisions expanded in full
+    # external: root (the traverser's first max_depth decisions, Brown et al.) | sampled
+    # (one on-policy path to a decision drawn uniformly per traversal, expanded there;
+    # every phase of the game gets samples; docs/experiments.md)
+    config.traversal.expand_at = "root"
+    config.traversal.path_epsilon = 0.0  # sampled: uniform mix of the traverser on the path
     config.traversal.cutoff_turns = 0  # cut a traversal off after this many turns; 0 = never
     config.traversal.cutoff_value_mode = "score_diff"  # score_diff | rollouts
     config.traversal.cutoff_rollouts = 4  # playouts averaged per cut-off (rollouts mode)
     config.traversal.cutoff_rollout_policy = "random"  # bot both players use in playouts
     # network | average_strategy | league | a bot name (lc_cfr.bots.BOT_NAMES)
     config.traversal.opponent_policy = "network"  # the non-traverser's policy
-    # Where strategy samples are stored: opponent (Brown et al.) | traverser | both.
-    config.traversal.strategy_samples = "opponent"  # storage nodes (see line above)
+    # Where strategy samples are stored: opponent (Brown et al.) | traverser | both |
+    # auto (opponent, or traverser when the opponent is a bot: on-distribution samples)
+    config.traversal.strategy_samples = "auto"  # storage nodes (see line above)
 
     config.regret_matching = ml_collections.ConfigDict()
     # When no advantage is positive: argmax_tiebreak (lowest index wins ties) | uniform.
     config.regret_matching.all_negative_fallback = "argmax_tiebreak"  # see line above
+    # Uniform share mixed into every regret-matching policy, so no legal action is ever
+    # exactly 0 (policy.regret_matching states the bias); 0 = plain regret matching.
+    config.regret_matching.floor = 0.0
 
     config.training_weighting = ml_collections.ConfigDict()
     config.training_weighting.mode = "lcfr"  # lcfr (weight = iteration) | uniform

@@ -259,6 +259,21 @@ def test_bad_settings_name_the_field(overrides, field):
         )
 
 
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(sampling_mode="external", expand_at="sampled"), "traversal.expand_at"),
+        (dict(rm_floor=0.1), "regret_matching.floor"),
+    ],
+)
+def test_modes_of_the_jax_backend_only_are_refused_naming_it(overrides, field):
+    for name in ("recursive", "interleaved", "server"):
+        with pytest.raises(ValueError, match=field.replace(".", r"\.") + ".*jax backend only"):
+            make_backend(
+                name, rules=TINY, spec=SPEC, options=options(**overrides), settings=settings()
+            )
+
+
 def test_cuda_is_refused_without_a_gpu():
     import torch
 

@@ -137,6 +137,30 @@ def test_config_errors_name_the_field(tmp_path):
             Trainer(smoke_config(**overrides), tmp_path / "x")
 
 
+def test_strategy_samples_auto_follows_the_opponent(tmp_path):
+    assert Trainer(smoke_config(), tmp_path / "a").options.strategy_samples == "opponent"
+    config = smoke_config(**{"traversal.opponent_policy": "safe_heuristic"})
+    assert Trainer(config, tmp_path / "b").options.strategy_samples == "traverser"
+    config = smoke_config(**{"traversal.strategy_samples": "both"})
+    assert Trainer(config, tmp_path / "c").options.strategy_samples == "both"
+
+
+def test_target_anatomy_is_reported_for_each_sampling_mode(tmp_path):
+    for name, overrides in {
+        "outcome": {},
+        "root": {"traversal.sampling_mode": "external"},
+        "sampled": {"traversal.sampling_mode": "external", "traversal.expand_at": "sampled"},
+    }.items():
+        config = smoke_config(**{"run.max_iterations": 1, **overrides})
+        config.evaluation.eval_every = 0
+        Trainer(config, tmp_path / name).run()
+        row = _rows(tmp_path / name)[-1]
+        assert row["targets/samples"] == row["traversal/advantage_samples"] > 0, name
+        shares = [row[f"targets/p{k}_share"] for k in range(4)]
+        assert sum(shares) == pytest.approx(1.0)
+        assert 0.0 <= row["targets/zero_fraction"] <= 1.0 and row["targets/variance"] >= 0
+
+
 def test_resume_refuses_another_config_but_allows_run_fields(tmp_path):
     Trainer(smoke_config(**{"run.max_iterations": 1}), tmp_path).run()
     with pytest.raises(ValueError, match="network.hidden_size"):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from traversal_helpers import SPEC, TINY, lockstep_records, networks, options
 
+from lc_cfr.train import anatomy
 from lc_cfr.traversal import lockstep, reference
 
 CASES = {
@@ -44,6 +45,27 @@ CASES = {
         cutoff_turns=3,
         cutoff_value_mode="rollouts",
         rollout_policy="safe_heuristic",
+    ),
+    "outcome_floor_league": dict(rm_floor=0.1, opponent_policy="league", lanes=3),
+    "external_sampled_depth1": dict(sampling_mode="external", expand_at="sampled", max_depth=1),
+    "external_sampled_depth2_path_eps_both_floor": dict(
+        sampling_mode="external",
+        expand_at="sampled",
+        path_epsilon=0.3,
+        strategy_samples="both",
+        rm_floor=0.05,
+        traverser=0,
+        lanes=3,
+    ),
+    "external_sampled_bot_cutoff_rollouts": dict(
+        sampling_mode="external",
+        expand_at="sampled",
+        max_depth=1,
+        opponent_policy="safe_heuristic",
+        strategy_samples="traverser",
+        cutoff_turns=6,
+        cutoff_value_mode="rollouts",
+        lanes=2,
     ),
     "external_bot_opponent_random_rollouts": dict(
         sampling_mode="external",
@@ -128,9 +150,65 @@ def test_options_are_validated_naming_the_field():
         (dict(lanes=0), "traversal.lanes"),
         (dict(sampling_mode="external", max_depth=0), "traversal.max_depth"),
         (dict(strategy_samples="all"), "traversal.strategy_samples"),
+        (dict(expand_at="leaf"), "traversal.expand_at"),
+        (dict(expand_at="sampled"), "traversal.expand_at"),  # outcome sampling
+        (dict(sampling_mode="external", path_epsilon=1.5), "traversal.path_epsilon"),
+        (dict(rm_floor=1.0), "regret_matching.floor"),
     ]
     for overrides, field in bad:
         with pytest.raises(ValueError, match=field):
             lockstep.run_traversals(
                 TINY, SPEC, options(**overrides), nets, seed=0, iteration=1, traverser=0
             )
+
+
+def test_sampled_expansions_reach_every_phase_of_the_game():
+    """expand_at='sampled' records real choices all along the game, root expansion only
+    on the first turn (the reason the mode exists)."""
+    nets = networks(seed=9)
+    phases = {}
+    for expand_at in ("root", "sampled"):
+        opts = options(
+            sampling_mode="external", expand_at=expand_at, max_depth=1, num_traversals=64, lanes=16
+        )
+        phases[expand_at] = set()
+        for traverser in (0, 1):  # TINY's 6 turns: each player moves in 3 of the 4 phases
+            samples, _ = jax.device_get(
+                lockstep.run_traversals(
+                    TINY, SPEC, opts, nets, seed=4, iteration=2, traverser=traverser
+                )
+            )
+            valid = samples.advantage_valid
+            turns = samples.advantage_info[valid, anatomy.turn_column(TINY)] / TINY.turn_scale
+            phases[expand_at] |= set(
+                anatomy.phase_of_turn(TINY, np.rint(turns).astype(int)).tolist()
+            )
+            if expand_at == "sampled":
+                assert np.all(samples.advantage_mask[valid].sum(axis=1) >= 2)
+                assert valid.sum() >= 48  # most traversals reach their drawn decision
+    assert phases["root"] == {0}
+    assert phases["sampled"] == set(range(anatomy.PHASES))
+
+
+def test_regret_matching_floor_keeps_every_legal_action_positive():
+    from lc_cfr.traversal import policy as pol
+
+    advantages = np.array([2.0, -1.0, 0.0, 5.0, 3.0], np.float32)
+    mask = np.array([True, True, True, False, True])
+    plain = np.asarray(pol.regret_matching(advantages, mask, fallback="argmax_tiebreak"))
+    floored = np.asarray(
+        pol.regret_matching(advantages, mask, fallback="argmax_tiebreak", floor=0.2)
+    )
+    assert plain[1] == plain[2] == 0.0 and plain[3] == 0.0
+    np.testing.assert_allclose(floored[mask], 0.8 * plain[mask] + 0.2 / 4, rtol=1e-6)
+    assert floored[3] == 0.0 and np.isclose(floored.sum(), 1.0)
+    # the all-negative fallback is floored too
+    negative = -np.abs(advantages)
+    one_hot = np.asarray(pol.regret_matching(negative, mask, fallback="argmax_tiebreak", floor=0.1))
+    assert np.all(one_hot[mask] >= 0.1 / 4 - 1e-7)
+    np.testing.assert_array_equal(
+        np.asarray(pol.regret_matching(advantages, mask, fallback="uniform", floor=0.0)),
+        np.asarray(pol.regret_matching(advantages, mask, fallback="uniform")),
+    )
+    with pytest.raises(ValueError, match="regret_matching.floor"):
+        pol.regret_matching(advantages, mask, fallback="uniform", floor=1.0)

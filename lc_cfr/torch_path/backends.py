@@ -86,6 +86,26 @@ def check_settings(name: str, settings: WorkerSettings) -> None:
         )
 
 
+# Modes of lockstep.TraversalOptions that only the `jax` backend (and the reference)
+# implement: (field, its value in the C core, config field).
+JAX_ONLY_MODES = (
+    ("expand_at", "root", "traversal.expand_at"),
+    ("rm_floor", 0.0, "regret_matching.floor"),
+)
+
+
+def check_modes(name: str, options: lockstep.TraversalOptions) -> None:
+    """Refuses, naming the field and the backends that have it, a mode the C core lacks."""
+    for field, supported, config_field in JAX_ONLY_MODES:
+        value = getattr(options, field)
+        if value != supported:
+            raise ValueError(
+                f"{config_field}={value!r} is implemented by the jax backend only "
+                f"(traversal.backend='jax'); the {name} backend runs {config_field}="
+                f"{supported!r} (docs/backends.md)"
+            )
+
+
 def core_options(rules: Rules, options: lockstep.TraversalOptions) -> dict:
     """The `TraversalCore` keyword arguments for `options` (validated)."""
     lockstep.validate_options(options, rules)
@@ -131,6 +151,7 @@ class TorchBackend:
         settings: WorkerSettings,
     ):
         check_settings(name, settings)
+        check_modes(name, options)
         self.name, self.rules, self.spec, self.options = name, rules, spec, options
         self.settings = settings
         self.slots = lockstep.slots_per_traversal(rules, options)

@@ -29,7 +29,7 @@ from lc_cfr.learn import Learner, make_optimizer
 from lc_cfr.learn.learner import check_weighting
 from lc_cfr.memory import reservoir
 from lc_cfr.nets import mlp
-from lc_cfr.train import checkpoint
+from lc_cfr.train import anatomy, checkpoint
 from lc_cfr.train.backends import WorkerSettings, make_backend
 from lc_cfr.train.metrics import MetricsWriter, Progress
 from lc_cfr.traversal import lockstep
@@ -75,6 +75,19 @@ def spec_from_config(config, rules: Rules) -> mlp.NetworkSpec:
     )
 
 
+def strategy_sample_nodes(strategy_samples: str, opponent_policy: str) -> str:
+    """Resolves `traversal.strategy_samples='auto'`.
+
+    Against a network opponent, Deep CFR's choice: the opponent's decisions (its policy,
+    reached by its own play). Against a bot the opponent's decisions hold the bot's
+    choices, not a policy of ours, so `auto` stores the traverser's own policy at its own
+    decisions instead, on states its play (and the bot's) reaches.
+    """
+    if strategy_samples != "auto":
+        return strategy_samples
+    return "traverser" if opponent_policy in BOT_NAMES else "opponent"
+
+
 def options_from_config(config) -> lockstep.TraversalOptions:
     t = config.traversal
     if t.backend == "jax" and t.lanes > t.traversals_per_player:
@@ -95,9 +108,12 @@ def options_from_config(config) -> lockstep.TraversalOptions:
         cutoff_rollouts=t.cutoff_rollouts,
         rollout_policy=t.cutoff_rollout_policy,
         opponent_policy=t.opponent_policy,
-        strategy_samples=t.strategy_samples,
+        strategy_samples=strategy_sample_nodes(t.strategy_samples, t.opponent_policy),
         fallback=config.regret_matching.all_negative_fallback,
         utility_scale=float(config.utility_scale),
+        expand_at=t.expand_at,
+        path_epsilon=float(t.path_epsilon),
+        rm_floor=float(config.regret_matching.floor),
     )
 
 
@@ -282,6 +298,7 @@ class Trainer:
         )
         row: dict = {"iteration": t}
         totals: dict = {}
+        target_totals: dict = {}
         adv_params, adv_opt = list(state.advantage_params), list(state.advantage_opt)
         adv_memory, strategy_memory = list(state.advantage_memory), state.strategy_memory
         for p in (0, 1):
@@ -296,6 +313,20 @@ class Trainer:
             for name, value in stats.items():
                 merge = max if name.endswith("_max") else lambda a, b: a + b
                 totals[name] = merge(totals.get(name, 0), value)
+            column = anatomy.turn_column(self.rules)
+            shares = anatomy.target_anatomy(
+                self.rules,
+                *jax.device_get(
+                    (
+                        samples.advantage_info[:, column],
+                        samples.advantage_mask,
+                        samples.advantage_target,
+                        samples.advantage_valid,
+                    )
+                ),
+            )
+            for name, value in shares.items():
+                target_totals[name] = target_totals.get(name, 0.0) + value
 
             start = time.perf_counter()
             adv_memory[p] = self._add(
@@ -364,6 +395,7 @@ class Trainer:
         row["traversal/clipped_value_fraction"] = totals["clipped_values"] / max(
             totals["advantage_samples"], 1
         )
+        row.update(anatomy.merge(target_totals))
         paths = totals["terminals"] + totals["truncations"] + totals["cutoffs"]
         row["traversal/mean_endpoint_depth"] = totals["endpoint_depth_sum"] / max(paths, 1)
         row["traversal/nodes_per_second"] = totals["nodes"] / max(timing["traversal_seconds"], 1e-9)

@@ -40,6 +40,7 @@ OPPONENT_POLICIES = ("network", "average_strategy", "league") + BOT_NAMES
 CUTOFF_VALUE_MODES = ("score_diff", "rollouts")
 ROLLOUT_POLICIES = BOT_NAMES  # both players play the bot in a cut-off playout
 STRATEGY_SAMPLE_NODES = ("opponent", "traverser", "both")
+EXPANSION_POINTS = ("root", "sampled")  # external: where the expanded subtree hangs
 
 
 class TraversalOptions(NamedTuple):
@@ -60,6 +61,11 @@ class TraversalOptions(NamedTuple):
     strategy_samples: str
     fallback: str  # regret matching with no positive advantage
     utility_scale: float
+    # external: `root` expands the traverser's first max_depth decisions; `sampled` plays
+    # one on-policy path to a decision drawn per traversal and expands there
+    expand_at: str = "root"
+    path_epsilon: float = 0.0  # sampled: uniform mix of the traverser's path policy
+    rm_floor: float = 0.0  # regret_matching.floor: uniform share of every RM policy
 
 
 def validate_options(options: TraversalOptions, rules: Rules) -> None:
@@ -71,6 +77,7 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         ("cutoff_rollout_policy", options.rollout_policy, ROLLOUT_POLICIES),
         ("strategy_samples", options.strategy_samples, STRATEGY_SAMPLE_NODES),
         ("outcome_unsampled_regret", options.unsampled_regret, pol.UNSAMPLED_REGRET_MODES),
+        ("expand_at", options.expand_at, EXPANSION_POINTS),
     ]
     for field, value, valid in checks:
         if value not in valid:
@@ -94,6 +101,11 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         raise ValueError("traversal.outcome_sampling_epsilon must be > 0 for outcome sampling")
     if options.sampling_mode == "external" and not 1 <= options.max_depth <= 4:
         raise ValueError(f"traversal.max_depth must be in 1..4, got {options.max_depth}")
+    if options.expand_at == "sampled" and options.sampling_mode != "external":
+        raise ValueError("traversal.expand_at='sampled' needs traversal.sampling_mode='external'")
+    if not 0.0 <= options.path_epsilon <= 1.0:
+        raise ValueError(f"traversal.path_epsilon must be in [0, 1], got {options.path_epsilon}")
+    pol.check_floor(options.rm_floor)
     if options.cutoff_turns < 0 or options.cutoff_turns >= rules.max_turns:
         raise ValueError(
             f"traversal.cutoff_turns must be in [0, rules.max_turns={rules.max_turns}), "
@@ -152,7 +164,13 @@ def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, i
     expanded, width = 0, 1  # width: subtrees hanging below `depth` expanded nodes
     for depth in range(options.max_depth):
         expanded += width
-        width *= card if depth % 2 == 0 else draw
+        # a sampled expansion may start at a draw decision: bound both orders
+        width *= card if depth % 2 == 0 and options.expand_at == "root" else max(card, draw)
+    if options.expand_at == "sampled":
+        # strategy samples on the path down to the expansion (at most one player's
+        # decisions of a whole game, both players' with `both`)
+        per_path = rules.max_turns + 1
+        return expanded, per_path * (2 if options.strategy_samples == "both" else 1)
     # strategy samples above the expanded depth: the expanded (traverser) nodes and at
     # most two opponent decisions in each gap between traverser turns
     return expanded, 3 * expanded
@@ -168,6 +186,7 @@ class _Lanes(NamedTuple):
     advantage_nodes: jax.Array  # [L] int32 advantage slots used by the traversal
     strategy_nodes: jax.Array  # [L] int32 strategy slots used
     value: jax.Array  # [L] float32 value being returned (RETURN)
+    expand_from: jax.Array  # [L] int32 sampled expansion: first decision index it may take
     snapshot: jax.Array  # [L] int32 league snapshot the opponent plays
     rollout_base: engine.State  # fields [L, ...], position a playout restarts from
     rollout_done: jax.Array  # [L] int32 playouts finished
@@ -178,6 +197,8 @@ class _Lanes(NamedTuple):
     frame_values: jax.Array  # [L, D, A] float32 child values
     frame_action: jax.Array  # [L, D] int32 child being explored
     frame_slot: jax.Array  # [L, D] int32 advantage slot of the node
+    frame_draws: jax.Array  # [L, D] int32 draw counter at the node (sampled: each child
+    # restarts from it, so all children meet the same random numbers)
     top: jax.Array  # [L] int32 frames in use
     next_traversal: jax.Array  # [] int32 next traversal of the quota to start
     step: jax.Array  # [] int32
@@ -225,6 +246,18 @@ def _utility(rules: Rules, game: engine.State, traverser, scale: float):
     """[L] traverser utility of (terminal or cut-off) positions: score difference / scale."""
     returns = jax.vmap(engine.returns, in_axes=(None, 0))(rules, game)
     return jnp.where(traverser == 0, returns[:, 0], returns[:, 1]) * utility_factor(scale)
+
+
+def expansion_start(rules: Rules, seed, iteration, game_index):
+    """The decision index from which a sampled expansion may happen, per game.
+
+    Uniform over the 2 * (N - 2H) decisions of a game without pile draws, drawn with
+    purpose EXPLORE at counter 0 of the traversal's game: every phase of the game gets
+    expanded nodes, in proportion to its length.
+    """
+    span = 2 * (rules.n_cards - 2 * rules.hand_size)
+    bits = rng.random_bits(seed, iteration, game_index, 0, rng.Purpose.EXPLORE)
+    return rng.below(bits, min(span, 256)).astype(jnp.int32)
 
 
 def check_devices(options: TraversalOptions, devices: int) -> None:
@@ -306,6 +339,7 @@ class _Machine:
         # traversal j of this machine is traversal offset + j of the player's quota `total`
         self.game_base = traverser * total + offset
         self.outcome = options.sampling_mode == "outcome"
+        self.sampled = options.expand_at == "sampled"
         self.adv_slots, self.strat_slots = slots_per_traversal(rules, options)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(traverser == 0, x, y), a, b)  # noqa: E731
         self.own_params = pick(networks.advantage[0], networks.advantage[1])
@@ -331,6 +365,7 @@ class _Machine:
             advantage_nodes=zeros_l,
             strategy_nodes=zeros_l,
             value=jnp.zeros((L,), jnp.float32),
+            expand_from=zeros_l,
             snapshot=zeros_l,
             rollout_base=blank,
             rollout_done=zeros_l,
@@ -341,6 +376,7 @@ class _Machine:
             frame_values=jnp.zeros((L, D, a), jnp.float32),
             frame_action=jnp.zeros((L, D), jnp.int32),
             frame_slot=jnp.zeros((L, D), jnp.int32),
+            frame_draws=jnp.zeros((L, D), jnp.int32),
             top=zeros_l,
             next_traversal=zero,
             step=zero,
@@ -391,6 +427,7 @@ class _Machine:
         snapshot_bits = rng.random_bits(
             self.seed, self.iteration, self.game_index(new), 0, rng.Purpose.OPPONENT
         )
+        expand_from = expansion_start(self.rules, self.seed, self.iteration, self.game_index(new))
         return lanes._replace(
             game=engine.tree_where(start, games, lanes.game),
             mode=jnp.where(start, DECIDE, lanes.mode),
@@ -399,6 +436,7 @@ class _Machine:
             advantage_nodes=jnp.where(start, 0, lanes.advantage_nodes),
             strategy_nodes=jnp.where(start, 0, lanes.strategy_nodes),
             snapshot=jnp.where(start, rng.below(snapshot_bits, count), lanes.snapshot),
+            expand_from=jnp.where(start, expand_from, lanes.expand_from),
             top=jnp.where(start, 0, lanes.top),
             next_traversal=lanes.next_traversal + jnp.sum(start),
         )
@@ -408,7 +446,7 @@ class _Machine:
     def _regret_policy(self, params, obs, mask):
         raw = mlp.apply(self.spec, params, obs)
         advantages = mlp.masked_advantages(raw, mask)
-        rm = functools.partial(pol.regret_matching, fallback=self.o.fallback)
+        rm = functools.partial(pol.regret_matching, fallback=self.o.fallback, floor=self.o.rm_floor)
         return jax.vmap(rm)(advantages, mask)
 
     def _strategy_policy(self, params, obs, mask):
@@ -476,6 +514,17 @@ class _Machine:
         if self.outcome:
             explored = jax.vmap(pol.explore, in_axes=(0, 0, None))(played, mask, o.epsilon)
             behaviour = jnp.where(is_traverser[:, None], explored, played)
+        elif self.sampled:
+            # on the path (no frame yet) the traverser plays its policy mixed with
+            # path_epsilon of uniform, and expands its first decision at or past the
+            # drawn index that has a real choice; below it, max_depth levels as at the root
+            on_path = lanes.top == 0
+            decision = 2 * game.turn + game.phase
+            choice = jnp.sum(mask, axis=1) >= 2
+            armed = ~on_path | ((decision >= lanes.expand_from) & choice)
+            expand = deciding & is_traverser & (lanes.top < o.max_depth) & armed
+            explored = jax.vmap(pol.explore, in_axes=(0, 0, None))(played, mask, o.path_epsilon)
+            behaviour = jnp.where((is_traverser & on_path)[:, None], explored, played)
         else:
             expand = deciding & is_traverser & (lanes.top < o.max_depth)
             behaviour = played
@@ -505,7 +554,10 @@ class _Machine:
             path_action = _write_rows(path_action, adv_slot, action, write_adv)
             path_prob = _write_rows(path_prob, adv_slot, chosen_prob, write_adv)
         # strategy samples
-        in_tree = self.outcome | (lanes.top < o.max_depth)
+        if self.sampled:
+            in_tree = lanes.top == 0  # the on-policy path, expansion node included
+        else:
+            in_tree = self.outcome | (lanes.top < o.max_depth)
         store_here = {
             "opponent": ~is_traverser,
             "traverser": is_traverser,
@@ -528,6 +580,7 @@ class _Machine:
         frame_game, frame_policy = lanes.frame_game, lanes.frame_policy
         frame_mask, frame_values = lanes.frame_mask, lanes.frame_values
         frame_action, frame_slot, top = lanes.frame_action, lanes.frame_slot, lanes.top
+        frame_draws = lanes.frame_draws
         if not self.outcome:
             frame_game = _tree_set(frame_game, top, game, expand)
             frame_policy = _tree_set(frame_policy, top, played, expand)
@@ -535,6 +588,7 @@ class _Machine:
             frame_values = _tree_set(frame_values, top, jnp.zeros_like(played), expand)
             frame_action = _tree_set(frame_action, top, action, expand)
             frame_slot = _tree_set(frame_slot, top, adv_slot, expand)
+            frame_draws = _tree_set(frame_draws, top, lanes.draws, expand)
             top = top + expand
 
         next_game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, game, action)
@@ -560,6 +614,7 @@ class _Machine:
             frame_values=frame_values,
             frame_action=frame_action,
             frame_slot=frame_slot,
+            frame_draws=frame_draws,
             top=top,
             stats=stats,
         )
@@ -632,7 +687,11 @@ class _Machine:
         )
         node_game = _tree_index(lanes.frame_game, index)
         child = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, node_game, next_action)
+        draws = lanes.draws
+        if self.sampled:  # common random numbers: every child replays the node's stream
+            draws = jnp.where(go_on, _tree_index(lanes.frame_draws, index), draws)
         lanes = lanes._replace(
+            draws=draws,
             samples=samples,
             frame_values=_tree_set(lanes.frame_values, index, values, has_frame),
             frame_action=_tree_set(lanes.frame_action, index, next_action, go_on),

@@ -37,7 +37,9 @@ def sequential_cumsum(x: jax.Array) -> jax.Array:
     return jnp.stack(sums, axis=-1)
 
 
-def regret_matching(advantages: jax.Array, mask: jax.Array, *, fallback: str) -> jax.Array:
+def regret_matching(
+    advantages: jax.Array, mask: jax.Array, *, fallback: str, floor: float = 0.0
+) -> jax.Array:
     """The regret-matching policy of one node.
 
     Args:
@@ -46,6 +48,13 @@ def regret_matching(advantages: jax.Array, mask: jax.Array, *, fallback: str) ->
       fallback: when no legal advantage is positive, `argmax_tiebreak` puts all mass on
         the legal action of highest advantage (lowest index among ties), `uniform`
         spreads it evenly over the legal actions.
+      floor: `regret_matching.floor`, delta in [0, 1): the policy is
+        (1 - delta) * RM + delta * uniform(legal), so no legal action is ever exactly 0.
+        Why: in outcome sampling one sampled action of probability 0 zeroes the
+        importance weight of every earlier node on the path. The bias: the policy played
+        (and averaged) is not regret matching but a delta-mix of it, whose regret can
+        exceed RM's by at most delta * (max - mean legal action value) per node.
+        0 is plain regret matching (and leaves its bits unchanged).
 
     Returns:
       [A] float32 policy, zero on illegal actions.
@@ -62,7 +71,18 @@ def regret_matching(advantages: jax.Array, mask: jax.Array, *, fallback: str) ->
         best = jnp.argmax(jnp.where(mask, advantages, -jnp.inf))
         backup = (jnp.arange(mask.shape[-1]) == best).astype(jnp.float32)
     matched = positive / jnp.where(total > 0, total, 1.0)
-    return jnp.where(total > 0, matched, backup).astype(jnp.float32)
+    policy = jnp.where(total > 0, matched, backup).astype(jnp.float32)
+    if floor > 0:
+        check_floor(floor)
+        policy = explore(policy, mask, floor)
+    return policy
+
+
+def check_floor(floor: float) -> float:
+    """Returns `floor` if it is a valid regret_matching.floor, else raises ValueError."""
+    if not 0.0 <= floor < 1.0:
+        raise ValueError(f"regret_matching.floor must be in [0, 1), got {floor!r}")
+    return floor
 
 
 def explore(policy: jax.Array, mask: jax.Array, epsilon: float) -> jax.Array:

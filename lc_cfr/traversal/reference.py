@@ -25,6 +25,7 @@ from lc_cfr.traversal import policy as pol
 from lc_cfr.traversal.lockstep import (
     Networks,
     TraversalOptions,
+    expansion_start,
     utility_factor,
     validate_options,
 )
@@ -63,13 +64,13 @@ class ReferenceTraversal:
         self._mask = jax.jit(functools.partial(engine.legal_action_mask, r))
         self._step = jax.jit(functools.partial(engine.step, r))
         self._init = jax.jit(functools.partial(engine.init, r))
-        fallback = options.fallback
+        fallback, floor = options.fallback, options.rm_floor
 
         @jax.jit
         def regret_policy(params, obs, mask):
             raw = mlp.apply(spec, params, obs[None])
             advantages = mlp.masked_advantages(raw, mask[None])[0]
-            return pol.regret_matching(advantages, mask, fallback=fallback)
+            return pol.regret_matching(advantages, mask, fallback=fallback, floor=floor)
 
         @jax.jit
         def strategy_policy(params, obs, mask):
@@ -188,6 +189,8 @@ class ReferenceTraversal:
         state = self._init(rng.as_word(self.seed), self.game, rng.as_word(self.iteration))
         if self.o.sampling_mode == "outcome":
             self._outcome(state)
+        elif self.o.expand_at == "sampled":
+            self._sampled_path(state)
         else:
             self._external(state, 0)
 
@@ -249,7 +252,9 @@ class ReferenceTraversal:
             played, stored = self._policies(state, obs, mask)
             is_traverser = mover == self.traverser
             in_tree = expanded < self.o.max_depth
-            if in_tree and self._store_strategy(is_traverser):
+            # sampled expansions store strategy samples on the path above them only
+            store = in_tree and self.o.expand_at == "root"
+            if store and self._store_strategy(is_traverser):
                 self._record_strategy(obs, mask, stored)
             self.stats["nodes"] += 1
             if is_traverser and in_tree:
@@ -260,13 +265,41 @@ class ReferenceTraversal:
             if ended:
                 return self._value_at_end(state, cut)
 
+    def _sampled_path(self, state) -> None:
+        """expand_at='sampled': one on-policy path down to the drawn decision, expanded."""
+        start = int(expansion_start(self.rules, self.seed, self.iteration, self.game))
+        while True:
+            mover = int(state.current_player)
+            obs, mask = self._observe(state, mover), self._mask(state)
+            played, stored = self._policies(state, obs, mask)
+            is_traverser = mover == self.traverser
+            if self._store_strategy(is_traverser):
+                self._record_strategy(obs, mask, stored)
+            self.stats["nodes"] += 1
+            decision = 2 * int(state.turn) + int(state.phase)
+            if is_traverser and decision >= start and int(np.sum(np.asarray(mask))) >= 2:
+                self._expand(state, obs, mask, played, 0)
+                return
+            behaviour = played
+            if is_traverser:
+                behaviour = self._explore(played, mask, self.o.path_epsilon)
+            action = self._sample(behaviour, mask, self._draw(rng.Purpose.SAMPLE))
+            state = self._step(state, action)
+            ended, cut = self._ended(state)
+            if ended:
+                self._value_at_end(state, cut)  # the rollouts count in the statistics
+                return
+
     def _expand(self, state, obs, mask, sigma, expanded: int):
         node = self.adv_nodes
         self.adv_nodes += 1
         record = Record(self.traversal, node, np.asarray(obs), np.asarray(mask), None)
         self.advantage.append(record)
         values = jnp.zeros((self.rules.num_actions,), jnp.float32)
+        draws = self.draws
         for action in np.flatnonzero(np.asarray(mask)):
+            if self.o.expand_at == "sampled":
+                self.draws = draws  # common random numbers: every child replays the stream
             child = self._step(state, int(action))
             ended, cut = self._ended(child)
             value = self._value_at_end(child, cut) if ended else self._external(child, expanded + 1)
