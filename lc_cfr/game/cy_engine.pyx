@@ -558,6 +558,41 @@ cdef class CyGame:
         lc_deal_order(&self.r, &self.s, order)
         self.dealt = True
 
+    def arrange_next_draw(self, card):
+        """Makes `card` the next deck card, swapping it with the one at `deck_pos`.
+
+        For callers that treat each deck draw as its own chance event (the OpenSpiel
+        game of lc_cfr.spiel): the deck order past `deck_pos` has not been observed by
+        anyone, so any permutation of it is an equally likely deal.
+
+        Raises:
+          ValueError: naming the card, when it is not among the cards still in the deck.
+        """
+        cdef int N = self.r.n_cards
+        cdef int i, pos
+        cdef int8_t held, wanted
+        try:
+            value = operator.index(card)
+        except TypeError:
+            raise ValueError(f"card {card!r} is not an integer") from None
+        if not self.dealt:
+            raise ValueError(f"card {value}: no game dealt yet (call deal or deal_from_order)")
+        pos = self.s.deck_pos
+        if 0 <= value < N:
+            wanted = <int8_t>value
+        else:
+            wanted = -1  # matches no deck entry: falls through to the error below
+        for i in range(pos, N):
+            if self.s.deck[i] == wanted:
+                held = self.s.deck[pos]
+                self.s.deck[pos] = self.s.deck[i]
+                self.s.deck[i] = held
+                return
+        raise ValueError(
+            f"card {value} is not among the {N - pos} cards left in the deck "
+            f"(deck_pos {pos} of {N})"
+        )
+
     # ---- transitions ---------------------------------------------------------------
 
     def apply(self, action):
