@@ -54,6 +54,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.traversal.outcome_sampling_value_clip = 20.0  # |importance-weighted value| cap; 0 = off
     # Targets of unsampled actions: negative_node_value (unbiased) | zero (biased).
     config.traversal.outcome_unsampled_regret = "negative_node_value"  # see line above
+    # Outcome targets: importance (W u / q, the above) | baseline (VR-MCCFR: a learned
+    # history value as control variate, unbiased) | history_value (ESCHER-style: value
+    # network regrets, no importance weights); the last two train a value network.
+    config.traversal.outcome_estimator = "importance"
+    config.traversal.value_lambda = 1.0  # value targets: sampled return (1) .. bootstrap (0)
     config.traversal.max_depth = 2  # external: traverser decisions expanded in full
     # external: root (the traverser's first max_depth decisions, Brown et al.) | sampled
     # (one on-policy path to a decision drawn uniformly per traversal, expanded there;
@@ -99,6 +104,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.optimization.strategy_batch_size = 1024  # samples per update
     config.optimization.advantage_init = "scratch"  # scratch | warm_start
     config.optimization.strategy_train_every = 1  # iterations between strategy training
+    config.optimization.value_updates = 256  # value network (outcome estimators), warm
+    config.optimization.value_batch_size = 512  # samples per value update
     # optax (JAX) | torch (on run.device, with run.use_amp / run.torch_compile); the two
     # draw the same batches and agree to float32 rounding (docs/performance.md)
     config.optimization.learner = "optax"
@@ -106,6 +113,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.memory = ml_collections.ConfigDict()
     config.memory.advantage_capacity = 2_000_000  # per player
     config.memory.strategy_capacity = 2_000_000  # shared by both players
+    config.memory.value_capacity = 200_000  # value samples: the most recent ones (a window)
 
     # Mirrored evaluation against bots (lc_cfr.eval): every deal is played twice, seats
     # swapped, so `games` must be even. Names are comma-separated.
@@ -157,6 +165,9 @@ def _small(config: ml_collections.ConfigDict) -> None:
     config.optimization.strategy_batch_size = 256
     config.memory.advantage_capacity = 300_000
     config.memory.strategy_capacity = 300_000
+    config.memory.value_capacity = 50_000
+    config.optimization.value_updates = 128
+    config.optimization.value_batch_size = 256
     config.evaluation.eval_every = 10
     config.evaluation.opponents = "random,passive_discard,safe_heuristic"
     config.evaluation.extended_eval_every = 50
@@ -182,6 +193,9 @@ def _smoke(config: ml_collections.ConfigDict) -> None:
     config.optimization.strategy_batch_size = 32
     config.memory.advantage_capacity = 4096
     config.memory.strategy_capacity = 4096
+    config.memory.value_capacity = 4096
+    config.optimization.value_updates = 8
+    config.optimization.value_batch_size = 32
     config.checkpoint.save_every = 2
     config.evaluation.eval_every = 3  # once, at the end, against one bot
     config.evaluation.opponents = "random"

@@ -23,7 +23,6 @@ import pathlib
 from typing import NamedTuple
 
 import jax
-import ml_collections
 from absl import app, flags
 
 from lc_cfr.bots import BOT_NAMES, check_bot_name
@@ -164,10 +163,9 @@ def run_request(request: Request) -> dict:
         )
         document.update(agent=request.agent, rules=request.rules.to_dict())
     else:
-        from lc_cfr.train.trainer import Trainer
+        from lc_cfr.train.trainer import Trainer, read_run_config
 
-        path = pathlib.Path(request.workdir) / "config.json"
-        config = ml_collections.ConfigDict(json.loads(path.read_text()))
+        config = read_run_config(pathlib.Path(request.workdir) / "config.json")
         try:
             trainer = Trainer(config, request.workdir)
             iteration, advantage, strategy = trainer.load_networks(request.checkpoint)

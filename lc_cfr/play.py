@@ -19,7 +19,6 @@ Slots and colours are numbered from 1. Bad input is explained and asked again.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pathlib
 import re
@@ -28,14 +27,13 @@ import time
 from typing import TextIO
 
 import jax
-import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import CARD_PHASE, Rules
 from lc_cfr.nets import mlp
-from lc_cfr.train.trainer import Trainer
+from lc_cfr.train.trainer import Trainer, read_run_config
 
 COLOR_NAMES = ("yellow", "blue", "white", "green", "red", "purple")
 MODES = ("greedy", "sampled")
@@ -81,7 +79,7 @@ def load_agent(workdir: str | os.PathLike, iteration: int | None = None) -> Agen
     if not config_path.is_file():
         raise PlayError(f"{config_path} is missing: is {workdir} a training run directory?")
     try:
-        config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+        config = read_run_config(config_path)
     except (OSError, ValueError) as error:
         raise PlayError(f"cannot read {config_path}: {error}") from error
     try:

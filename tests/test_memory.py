@@ -207,3 +207,31 @@ def test_float16_holds_real_encodings_exactly():
         np.ones(64, bool),
     )
     np.testing.assert_array_equal(np.asarray(memory.info, np.float32), rows)
+
+
+def test_window_keeps_the_most_recent_rows_in_order():
+    memory = rv.reservoir_init(capacity=5, encoding_size=2, num_actions=3)
+    add = jax.jit(rv.window_add)
+    offered = []
+    for batch in range(3):  # 3 batches of 4 rows, one invalid per batch: 9 rows offered
+        ids = np.arange(4, dtype=np.float32) + 10 * batch
+        valid = np.array([True, True, False, True])
+        info = np.stack([ids, ids], axis=1)
+        memory = add(memory, info, np.ones((4, 3), bool), np.zeros((4, 3)), batch, valid)
+        offered += ids[valid].tolist()
+    assert int(memory.seen) == 9 and int(memory.size) == 5
+    # rows 5..8 overwrote slots 0..3: the window holds the last 5 rows offered
+    kept = sorted(np.asarray(memory.info[:, 0], np.float32).tolist())
+    assert kept == sorted(offered[-5:])
+    assert np.asarray(memory.info[:, 0]).tolist() == [offered[i] for i in (5, 6, 7, 8, 4)]
+    # a batch larger than the window keeps its own last rows
+    big = np.arange(8, dtype=np.float32) + 100
+    memory = add(
+        memory,
+        np.stack([big, big], 1),
+        np.ones((8, 3), bool),
+        np.zeros((8, 3)),
+        3,
+        np.ones(8, bool),
+    )
+    assert sorted(np.asarray(memory.info[:, 0]).tolist()) == big[-5:].tolist()

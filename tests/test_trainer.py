@@ -115,6 +115,21 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
         assert _comparable(a) == _comparable(b)
 
 
+def test_value_network_state_resumes_exactly(tmp_path):
+    """The outcome estimators' value network, optimiser and window memory are checkpointed."""
+    overrides = {"traversal.outcome_estimator": "baseline", "traversal.value_lambda": 0.5}
+    whole = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "w").run()
+    Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path / "s").run()
+    split = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "s").run()
+    assert whole.value_memory is not None and int(whole.value_memory.seen) > 0
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(split), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    row = _rows(tmp_path / "s")[-1]
+    assert row["loss/value"] >= 0 and 0 < row["memory/value_fill"] <= 1
+    with pytest.raises(ValueError, match="optimization.learner"):
+        Trainer(smoke_config(**{**overrides, "optimization.learner": "torch"}), tmp_path / "t")
+
+
 def test_traversal_compiles_once_across_iterations_and_players(tmp_path):
     config = smoke_config(**{"run.max_iterations": 3, "traversal.traversals_per_player": 10})
     before = lockstep._run._cache_size()

@@ -47,6 +47,21 @@ CASES = {
         rollout_policy="safe_heuristic",
     ),
     "outcome_floor_league": dict(rm_floor=0.1, opponent_policy="league", lanes=3),
+    "outcome_baseline": dict(outcome_estimator="baseline", value_clip=0.0),
+    "outcome_baseline_clip_bootstrap_bot": dict(
+        outcome_estimator="baseline",
+        value_lambda=0.0,
+        opponent_policy="safe_heuristic",
+        strategy_samples="traverser",
+        lanes=3,
+    ),
+    "outcome_history_value_half_lambda_cutoff": dict(
+        outcome_estimator="history_value",
+        value_lambda=0.5,
+        cutoff_turns=4,
+        rm_floor=0.05,
+        traverser=0,
+    ),
     "external_sampled_depth1": dict(sampling_mode="external", expand_at="sampled", max_depth=1),
     "external_sampled_depth2_path_eps_both_floor": dict(
         sampling_mode="external",
@@ -93,7 +108,10 @@ def test_lockstep_equals_reference(case):
     )
     per_adv, per_strat = lockstep.slots_per_traversal(TINY, opts)
     got = lockstep_records(samples, per_adv, per_strat)
-    for kind, expected in [("advantage", result.advantage), ("strategy", result.strategy)]:
+    expectations = [("advantage", result.advantage), ("strategy", result.strategy)]
+    if "baseline" in case or "history_value" in case:
+        expectations.append(("value", result.value))
+    for kind, expected in expectations:
         assert len(got[kind]) == len(expected), kind
         assert expected, f"no {kind} samples: the case tests nothing"
         for record in expected:
@@ -111,7 +129,7 @@ def test_lockstep_equals_reference(case):
     one_network = CASES[case].get("opponent_policy", "network") not in (
         "league",
         "average_strategy",
-    )
+    ) and not CASES[case].get("outcome_estimator")
     if "external" not in case and one_network:
         # mover-synchronised lockstep: one forward per step for every busy lane
         assert int(stats.policy_calls) == int(stats.nodes)
@@ -154,6 +172,9 @@ def test_options_are_validated_naming_the_field():
         (dict(expand_at="sampled"), "traversal.expand_at"),  # outcome sampling
         (dict(sampling_mode="external", path_epsilon=1.5), "traversal.path_epsilon"),
         (dict(rm_floor=1.0), "regret_matching.floor"),
+        (dict(outcome_estimator="vr"), "traversal.outcome_estimator"),
+        (dict(outcome_estimator="baseline", sampling_mode="external"), "outcome_estimator"),
+        (dict(value_lambda=2.0), "traversal.value_lambda"),
     ]
     for overrides, field in bad:
         with pytest.raises(ValueError, match=field):

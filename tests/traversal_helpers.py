@@ -6,7 +6,7 @@ import numpy as np
 
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
-from lc_cfr.traversal.lockstep import Networks, TraversalOptions
+from lc_cfr.traversal.lockstep import Networks, TraversalOptions, value_spec
 
 TINY = Rules(
     n_colors=2, n_ranks=4, min_rank=2, n_wagers=1, hand_size=2, bonus_threshold=4, max_turns=10
@@ -18,16 +18,17 @@ SPEC = mlp.NetworkSpec(
     num_layers=2,
     activation="relu",
 )
+VALUE_SPEC = value_spec(TINY, SPEC)
 
 
-def dyadic_params(key, scale=0.25):
+def dyadic_params(key, scale=0.25, spec=SPEC):
     """Network parameters on a coarse dyadic grid.
 
     With the encoding's dyadic inputs, every product and sum of the forward pass is then
     exact in float32, so a batch-1 forward and a batch-L forward give the same bits
     whatever the summation order: tests can demand exact equality of samples.
     """
-    params = mlp.init_params(SPEC, key)
+    params = mlp.init_params(spec, key)
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(key, len(leaves))
     new = [
@@ -38,14 +39,15 @@ def dyadic_params(key, scale=0.25):
 
 
 def networks(seed=0, league=3, league_count=2):
-    keys = jax.random.split(jax.random.PRNGKey(seed), 3 + league)
-    snapshots = [dyadic_params(k) for k in keys[3:]]
+    keys = jax.random.split(jax.random.PRNGKey(seed), 4 + league)
+    snapshots = [dyadic_params(k) for k in keys[4:]]
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *snapshots)
     return Networks(
         advantage=(dyadic_params(keys[0]), dyadic_params(keys[1])),
         strategy=dyadic_params(keys[2]),
         league=stacked,
         league_count=jnp.int32(league_count),
+        value=dyadic_params(keys[3], spec=VALUE_SPEC),
     )
 
 
@@ -74,7 +76,7 @@ def options(**overrides):
 def lockstep_records(samples, slots_adv, slots_strat):
     """{(traversal, node): (info, mask, target)} of the valid slots of Samples."""
     out = {}
-    for kind, info, mask, target, valid, per in [
+    kinds = [
         (
             "advantage",
             samples.advantage_info,
@@ -91,7 +93,19 @@ def lockstep_records(samples, slots_adv, slots_strat):
             samples.strategy_valid,
             slots_strat,
         ),
-    ]:
+    ]
+    if samples.value_info is not None:
+        kinds.append(
+            (
+                "value",
+                samples.value_info,
+                samples.value_mask,
+                samples.value_target,
+                samples.value_valid,
+                slots_adv,
+            )
+        )
+    for kind, info, mask, target, valid, per in kinds:
         records = {}
         for slot in np.flatnonzero(np.asarray(valid)):
             records[(int(slot) // per, int(slot) % per)] = (

@@ -343,6 +343,25 @@ def observe(rules: Rules, state: State, player) -> jax.Array:
     return jnp.concatenate([card_block.astype(f32)] + [x.astype(f32) for x in scalars])
 
 
+def history_size(rules: Rules) -> int:
+    """Length of `observe_history`: the encoding and the opponent's hand, E + N."""
+    return rules.encoding_size + rules.n_cards
+
+
+def observe_history(rules: Rules, state: State, player) -> jax.Array:
+    """`player`'s encoding followed by the opponent's hand as N card bits, [E + N] float32.
+
+    Everything that has happened is in it except the order of the cards still in the
+    deck, which is future chance: the input of a history value network (the value of the
+    position for `player`, averaged over the deck). JAX only: it feeds the value network
+    of the jax backend's outcome estimators, not the shared encoding contract.
+    """
+    player = jnp.asarray(player, jnp.int32)
+    _, their_hand = _mine_theirs(state.hands, player)
+    hand = jnp.any(their_hand[:, None] == jnp.arange(rules.n_cards, dtype=jnp.int8)[None, :], 0)
+    return jnp.concatenate([observe(rules, state, player), hand.astype(jnp.float32)])
+
+
 def nth_legal(mask: jax.Array, bits: jax.Array) -> jax.Array:
     """The below(bits, k)-th legal action of a mask with k legal actions (ascending)."""
     count = jnp.maximum(jnp.sum(mask, dtype=jnp.int32), 1)

@@ -155,6 +155,34 @@ def reservoir_add(
     )
 
 
+def window_add(
+    memory: Reservoir, info: jax.Array, mask: jax.Array, target: jax.Array, iteration, valid
+) -> Reservoir:
+    """Writes the valid rows of a batch over the oldest rows: a sliding window of the
+    last C rows offered, for targets that go stale (the value network's follow the
+    current policy). Same arguments as `reservoir_add`, no key: nothing is random."""
+    capacity = capacity_of(memory)
+    valid = jnp.asarray(valid, jnp.bool_)
+    valid_i = valid.astype(jnp.int32)
+    offered = memory.seen + jnp.cumsum(valid_i) - valid_i
+    slots = jnp.where(valid, offered % capacity, capacity).astype(jnp.int32)
+    slots = jnp.where(last_writers(slots, capacity=capacity), slots, capacity)
+    iteration = jnp.broadcast_to(jnp.asarray(iteration, jnp.int32), valid.shape)
+
+    def write(store, rows):
+        return store.at[slots].set(rows.astype(store.dtype), mode="drop")
+
+    seen = memory.seen + jnp.sum(valid, dtype=jnp.int32)
+    return Reservoir(
+        info=write(memory.info, info),
+        mask=write(memory.mask, mask),
+        target=write(memory.target, target),
+        iteration=write(memory.iteration, iteration),
+        size=jnp.minimum(seen, capacity).astype(jnp.int32),
+        seen=seen,
+    )
+
+
 def reservoir_sample(memory: Reservoir, key: jax.Array, batch_size: int) -> Batch:
     """Draws `batch_size` rows uniformly from the filled rows, with replacement.
 

@@ -47,6 +47,30 @@ RESUMABLE_CHANGES = (
 )
 
 
+# Fields added after runs were first written, with the value that reproduces what those
+# runs did: a saved config without them means exactly these settings.
+ADDED_FIELDS = {
+    "traversal.expand_at": "root",
+    "traversal.path_epsilon": 0.0,
+    "traversal.outcome_estimator": "importance",
+    "traversal.value_lambda": 1.0,
+    "regret_matching.floor": 0.0,
+    "optimization.value_updates": 256,
+    "optimization.value_batch_size": 512,
+    "memory.value_capacity": 200_000,
+}
+
+
+def read_run_config(path: pathlib.Path) -> ml_collections.ConfigDict:
+    """A run's saved config.json, completed with ADDED_FIELDS where it predates them."""
+    config = ml_collections.ConfigDict(json.loads(pathlib.Path(path).read_text()))
+    for dotted, value in ADDED_FIELDS.items():
+        block, field = dotted.split(".")
+        if block in config and field not in config[block]:
+            config[block][field] = value
+    return config
+
+
 class TrainState(NamedTuple):
     """Everything a run needs to continue exactly (all of it is checkpointed)."""
 
@@ -59,6 +83,10 @@ class TrainState(NamedTuple):
     strategy_memory: reservoir.Reservoir
     league: Any  # strategy snapshots, every leaf [K, ...]
     league_added: int  # snapshots taken so far (the initial network counts as one)
+    # the history value network of the outcome estimators that read it (else None)
+    value_params: Any = None
+    value_opt: Any = None
+    value_memory: Any = None  # a sliding window (reservoir.window_add)
 
 
 def rules_from_config(config) -> Rules:
@@ -114,6 +142,8 @@ def options_from_config(config) -> lockstep.TraversalOptions:
         expand_at=t.expand_at,
         path_epsilon=float(t.path_epsilon),
         rm_floor=float(config.regret_matching.floor),
+        outcome_estimator=t.outcome_estimator,
+        value_lambda=float(t.value_lambda),
     )
 
 
@@ -244,6 +274,31 @@ class Trainer:
             if config.memory[field] < 1:
                 raise ValueError(f"memory.{field} must be >= 1, got {config.memory[field]}")
         self._add = jax.jit(reservoir.reservoir_add, donate_argnums=0)
+        self.value_learner = None
+        if lockstep.uses_value_network(self.options):
+            if opt.learner != "optax":
+                raise ValueError(
+                    f"traversal.outcome_estimator={self.options.outcome_estimator!r} trains "
+                    "its value network with optax only; set optimization.learner='optax'"
+                )
+            if config.memory.value_capacity < 1:
+                raise ValueError(
+                    f"memory.value_capacity must be >= 1, got {config.memory.value_capacity}"
+                )
+            self.value_spec = lockstep.value_spec(self.rules, self.spec)
+            self.value_learner = Learner(
+                self.value_spec,
+                kind="advantage",  # masked MSE, the mask holding the sampled action only
+                optimizer=make_optimizer(
+                    learning_rate=opt.learning_rate,
+                    weight_decay=opt.weight_decay,
+                    grad_clip=opt.grad_clip,
+                ),
+                batch_size=opt.value_batch_size,
+                num_updates=opt.value_updates,
+                weighting="uniform",  # the window already holds recent samples only
+            )
+            self._window_add = jax.jit(reservoir.window_add, donate_argnums=0)
         self.evaluation = _evaluation_plan(config)
         self.base_key = jax.random.PRNGKey(config.seed)
 
@@ -278,7 +333,19 @@ class Trainer:
             strategy_memory=memory(self.config.memory.strategy_capacity),
             league=league,
             league_added=1,
+            **self._initial_value_state(),
         )
+
+    def _initial_value_state(self) -> dict:
+        if self.value_learner is None:
+            return {}
+        params, opt = self.value_learner.init(self.key(0, 3, 0))
+        memory = reservoir.reservoir_init(
+            capacity=self.config.memory.value_capacity,
+            encoding_size=self.value_spec.input_size,
+            num_actions=self.rules.num_actions,
+        )
+        return dict(value_params=params, value_opt=opt, value_memory=memory)
 
     def networks(self, state: TrainState) -> lockstep.Networks:
         k = self.config.self_play.league_size
@@ -287,6 +354,7 @@ class Trainer:
             strategy=state.strategy_params,
             league=state.league,
             league_count=jnp.int32(min(state.league_added, k)),
+            value=state.value_params,
         )
 
     # ----- one iteration -----------------------------------------------------------
@@ -301,6 +369,7 @@ class Trainer:
         target_totals: dict = {}
         adv_params, adv_opt = list(state.advantage_params), list(state.advantage_opt)
         adv_memory, strategy_memory = list(state.advantage_memory), state.strategy_memory
+        value_memory = state.value_memory
         for p in (0, 1):
             start = time.perf_counter()
             networks = self.networks(state._replace(advantage_params=tuple(adv_params)))
@@ -347,6 +416,15 @@ class Trainer:
                 t,
                 samples.strategy_valid,
             )
+            if value_memory is not None:
+                value_memory = self._window_add(
+                    value_memory,
+                    samples.value_info,
+                    samples.value_mask,
+                    samples.value_target,
+                    t,
+                    samples.value_valid,
+                )
             jax.block_until_ready((adv_memory[p], strategy_memory))
             timing["memory_add_seconds"] += time.perf_counter() - start
 
@@ -380,6 +458,19 @@ class Trainer:
         )
         row["memory/strategy_seen"] = int(strategy_memory.seen)
 
+        value_params, value_opt = state.value_params, state.value_opt
+        if self.value_learner is not None:
+            start = time.perf_counter()
+            # warm-started: the value of the current policies moves a little each iteration
+            value_params, value_opt, losses = self.value_learner.train(
+                value_params, value_opt, value_memory, self.key(t, 3, 4)
+            )
+            jax.block_until_ready(value_params)
+            row["value_train_seconds"] = time.perf_counter() - start
+            row["loss/value"] = float(losses["loss_last"])
+            row["loss/value_first"] = float(losses["loss_first"])
+            row["memory/value_fill"] = int(value_memory.size) / reservoir.capacity_of(value_memory)
+
         league, added = state.league, state.league_added
         if t % self.config.self_play.snapshot_every == 0:
             slot = added % self.config.self_play.league_size
@@ -412,6 +503,9 @@ class Trainer:
             strategy_memory=strategy_memory,
             league=league,
             league_added=added,
+            value_params=value_params,
+            value_opt=value_opt,
+            value_memory=value_memory,
         )
         start = time.perf_counter()
         row.update(self.evaluate(new_state))
@@ -452,6 +546,8 @@ class Trainer:
             "strategy_opt": state.strategy_opt,
             "league": state.league,
         }
+        if state.value_params is not None:
+            trees.update(value_params=state.value_params, value_opt=state.value_opt)
         for name, tree in trees.items():
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
                 arrays[name + jax.tree_util.keystr(path)] = np.asarray(leaf)
@@ -460,6 +556,8 @@ class Trainer:
             "advantage_memory_1": state.advantage_memory[1],
             "strategy_memory": state.strategy_memory,
         }
+        if state.value_memory is not None:
+            memories["value_memory"] = state.value_memory
         for name, memory in memories.items():
             for key, value in reservoir.to_numpy(memory).items():
                 arrays[f"{name}/{key}"] = np.asarray(value)
@@ -494,6 +592,15 @@ class Trainer:
             strategy_memory=memory("strategy_memory"),
             league=restore("league", template.league),
             league_added=meta["league_added"],
+            **(
+                dict(
+                    value_params=restore("value_params", template.value_params),
+                    value_opt=restore("value_opt", template.value_opt),
+                    value_memory=memory("value_memory"),
+                )
+                if template.value_params is not None
+                else {}
+            ),
         )
 
     def save(self, state: TrainState, row: dict | None) -> None:
@@ -529,7 +636,7 @@ class Trainer:
         saved_path = self.workdir / "config.json"
         if not saved_path.exists():
             return
-        saved = _flat_config(ml_collections.ConfigDict(json.loads(saved_path.read_text())))
+        saved = _flat_config(read_run_config(saved_path))
         current = _flat_config(self.config)
         changed = sorted(
             key

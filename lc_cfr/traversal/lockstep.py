@@ -66,6 +66,10 @@ class TraversalOptions(NamedTuple):
     expand_at: str = "root"
     path_epsilon: float = 0.0  # sampled: uniform mix of the traverser's path policy
     rm_floor: float = 0.0  # regret_matching.floor: uniform share of every RM policy
+    # outcome: importance (W u / q) | baseline (VR-MCCFR) | history_value (ESCHER-style);
+    # the last two read the value network (policy.baseline_path_targets)
+    outcome_estimator: str = "importance"
+    value_lambda: float = 1.0  # value targets: sampled return (1) .. bootstrap (0)
 
 
 def validate_options(options: TraversalOptions, rules: Rules) -> None:
@@ -78,6 +82,7 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         ("strategy_samples", options.strategy_samples, STRATEGY_SAMPLE_NODES),
         ("outcome_unsampled_regret", options.unsampled_regret, pol.UNSAMPLED_REGRET_MODES),
         ("expand_at", options.expand_at, EXPANSION_POINTS),
+        ("outcome_estimator", options.outcome_estimator, pol.OUTCOME_ESTIMATORS),
     ]
     for field, value, valid in checks:
         if value not in valid:
@@ -106,6 +111,13 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
     if not 0.0 <= options.path_epsilon <= 1.0:
         raise ValueError(f"traversal.path_epsilon must be in [0, 1], got {options.path_epsilon}")
     pol.check_floor(options.rm_floor)
+    if uses_value_network(options) and options.sampling_mode != "outcome":
+        raise ValueError(
+            f"traversal.outcome_estimator={options.outcome_estimator!r} needs "
+            "traversal.sampling_mode='outcome'"
+        )
+    if not 0.0 <= options.value_lambda <= 1.0:
+        raise ValueError(f"traversal.value_lambda must be in [0, 1], got {options.value_lambda}")
     if options.cutoff_turns < 0 or options.cutoff_turns >= rules.max_turns:
         raise ValueError(
             f"traversal.cutoff_turns must be in [0, rules.max_turns={rules.max_turns}), "
@@ -117,6 +129,22 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         raise ValueError(f"utility_scale must be > 0, got {options.utility_scale}")
 
 
+def uses_value_network(options: TraversalOptions) -> bool:
+    """Whether the traversal reads (and feeds) the history value network."""
+    return options.outcome_estimator != "importance"
+
+
+def value_spec(rules: Rules, spec: mlp.NetworkSpec) -> mlp.NetworkSpec:
+    """The value network: the shape of `spec` over the history features (E + N)."""
+    return spec.__class__(
+        input_size=engine.history_size(rules),
+        num_actions=spec.num_actions,
+        hidden_size=spec.hidden_size,
+        num_layers=spec.num_layers,
+        activation=spec.activation,
+    )
+
+
 class Networks(NamedTuple):
     """Parameters a traversal reads (pytrees of the flax MLP of `spec`)."""
 
@@ -124,6 +152,7 @@ class Networks(NamedTuple):
     strategy: Any  # the average-strategy network
     league: Any  # snapshots of the strategy network, every leaf [K, ...]
     league_count: jax.Array  # [] int32, valid snapshots (1..K); the first K are used
+    value: Any = None  # the history value network (outcome estimators that read it)
 
 
 class Samples(NamedTuple):
@@ -137,6 +166,12 @@ class Samples(NamedTuple):
     strategy_mask: jax.Array  # [S2, A] bool
     strategy_policy: jax.Array  # [S2, A] float32
     strategy_valid: jax.Array  # [S2] bool
+    # value network samples at the traverser's decisions (None unless it is used):
+    # history features, the sampled action as a one-hot mask, its target at that action
+    value_info: Any = None  # [S, E + N] float32
+    value_mask: Any = None  # [S, A] bool
+    value_target: Any = None  # [S, A] float32
+    value_valid: Any = None  # [S] bool
 
 
 class TraversalStats(NamedTuple):
@@ -205,6 +240,7 @@ class _Lanes(NamedTuple):
     samples: Samples
     path_action: jax.Array  # [S] int32 outcome: sampled action at each advantage slot
     path_prob: jax.Array  # [S] float32 outcome: its sampling probability sigma'(a*)
+    path_baseline: jax.Array  # [S, A] float32 value estimates b(h, a) at the slot's node
     utility: jax.Array  # [T] float32 outcome: utility at the end of each traversal
     stats: TraversalStats
 
@@ -340,6 +376,9 @@ class _Machine:
         self.game_base = traverser * total + offset
         self.outcome = options.sampling_mode == "outcome"
         self.sampled = options.expand_at == "sampled"
+        self.value = uses_value_network(options)
+        if self.value:
+            self.value_spec = value_spec(rules, spec)
         self.adv_slots, self.strat_slots = slots_per_traversal(rules, options)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(traverser == 0, x, y), a, b)  # noqa: E731
         self.own_params = pick(networks.advantage[0], networks.advantage[1])
@@ -389,9 +428,20 @@ class _Machine:
                 strategy_mask=jnp.zeros((S2, a), jnp.bool_),
                 strategy_policy=jnp.zeros((S2, a), jnp.float32),
                 strategy_valid=jnp.zeros((S2,), jnp.bool_),
+                **(
+                    dict(
+                        value_info=jnp.zeros((S, engine.history_size(r)), jnp.float32),
+                        value_mask=jnp.zeros((S, a), jnp.bool_),
+                        value_target=jnp.zeros((S, a), jnp.float32),
+                        value_valid=jnp.zeros((S,), jnp.bool_),
+                    )
+                    if self.value
+                    else {}
+                ),
             ),
             path_action=jnp.zeros((S if self.outcome else 1,), jnp.int32),
             path_prob=jnp.ones((S if self.outcome else 1,), jnp.float32),
+            path_baseline=jnp.zeros((S if self.value else 1, a), jnp.float32),
             utility=jnp.zeros((T,), jnp.float32),
             stats=TraversalStats(*([zero] * len(TraversalStats._fields))),
         )
@@ -553,6 +603,32 @@ class _Machine:
             )  # holds sigma until the path ends; finish() turns it into targets
             path_action = _write_rows(path_action, adv_slot, action, write_adv)
             path_prob = _write_rows(path_prob, adv_slot, chosen_prob, write_adv)
+        path_baseline = lanes.path_baseline
+        if self.value:
+            # the traverser's history value at its decisions (skipped on opponent steps:
+            # all lanes share the mover)
+            history = jax.vmap(engine.observe_history, in_axes=(None, 0, None))(
+                r, game, self.traverser
+            )
+
+            def estimate(_):
+                raw = mlp.apply(self.value_spec, self.networks.value, history)
+                return mlp.masked_advantages(raw, mask)
+
+            at_traverser = ((lanes.step // 2) % 2) == self.traverser
+            baseline = jax.lax.cond(at_traverser, estimate, jnp.zeros_like, played)
+            forwards = forwards + at_traverser.astype(jnp.int32)
+            path_baseline = _write_rows(path_baseline, adv_slot, baseline, write_adv)
+            samples = samples._replace(
+                value_info=_write_rows(samples.value_info, adv_slot, history, write_adv),
+                value_mask=_write_rows(
+                    samples.value_mask,
+                    adv_slot,
+                    jax.nn.one_hot(action, r.num_actions) > 0,
+                    write_adv,
+                ),
+                value_valid=_write_rows(samples.value_valid, adv_slot, write_adv, write_adv),
+            )  # value_target is set by finish()
         # strategy samples
         if self.sampled:
             in_tree = lanes.top == 0  # the on-policy path, expansion node included
@@ -608,6 +684,7 @@ class _Machine:
             samples=samples,
             path_action=path_action,
             path_prob=path_prob,
+            path_baseline=path_baseline,
             frame_game=frame_game,
             frame_policy=frame_policy,
             frame_mask=frame_mask,
@@ -754,6 +831,8 @@ class _Machine:
             action = lanes.path_action.reshape(T, D)
             prob = lanes.path_prob.reshape(T, D)
             count = jnp.sum(samples.advantage_valid.reshape(T, D), axis=1)
+            if self.value:
+                return self._finish_with_values(lanes, policy, mask, action, prob, count)
             chosen = jnp.take_along_axis(policy, action[..., None], axis=2)[..., 0]
             ratios = jnp.where(samples.advantage_valid.reshape(T, D), chosen / prob, 1.0)
             after = jax.vmap(pol.weights_after)(ratios, count)
@@ -773,4 +852,25 @@ class _Machine:
                 )
                 stats = lanes.stats._replace(clipped_values=jnp.sum(clipped, dtype=jnp.int32))
                 return samples, stats
+        return samples, lanes.stats
+
+    def _finish_with_values(self, lanes, policy, mask, action, prob, count):
+        """Outcome targets of the estimators that read the value network."""
+        T, D = self.o.num_traversals, self.adv_slots
+        targets = functools.partial(
+            pol.baseline_path_targets,
+            estimator=self.o.outcome_estimator,
+            value_clip=self.o.value_clip,
+            value_lambda=self.o.value_lambda,
+        )
+        baseline = lanes.path_baseline.reshape(T, D, -1)
+        regrets, value_targets = jax.vmap(targets)(
+            policy, mask, action, prob, baseline, count, lanes.utility
+        )
+        samples = lanes.samples
+        value_mask = samples.value_mask
+        samples = samples._replace(
+            advantage_target=regrets.reshape(T * D, -1),
+            value_target=jnp.where(value_mask, value_targets.reshape(T * D, 1), 0.0),
+        )
         return samples, lanes.stats

@@ -197,3 +197,101 @@ def weights_after(ratios: jax.Array, count: jax.Array) -> jax.Array:
     for j in range(depth - 1, 0, -1):
         weights.append(weights[-1] * ratios[j])
     return jnp.stack(weights[::-1]).astype(jnp.float32)
+
+
+OUTCOME_ESTIMATORS = ("importance", "baseline", "history_value")
+
+
+def baseline_path_targets(
+    policy: jax.Array,
+    mask: jax.Array,
+    action: jax.Array,
+    sample_prob: jax.Array,
+    baseline: jax.Array,
+    count: jax.Array,
+    utility: jax.Array,
+    *,
+    estimator: str,
+    value_clip: float,
+    value_lambda: float,
+):
+    """Regret and value targets of one outcome-sampled path with a learned history value.
+
+    The traverser's decisions k = 0 .. count-1 of the path, in order, each with its policy
+    sigma_k, sampled action a*_k of sampling probability q_k and the value network's
+    estimates b_k(a) of the traverser's utility after each action (Q(h_k, a)). From the
+    end of the path (v~ = the terminal utility u) back to the start:
+
+      u~_k(a) = b_k(a) + [a = a*_k] (v~_{k+1} - b_k(a*_k)) / q_k,   v~_k = sum_a sigma_k(a) u~_k(a)
+
+    the variance-reduced sampled values of VR-MCCFR (Schmid et al. 2019,
+    arXiv:1809.03057; the learned baseline of DREAM, Steinberger et al. 2020,
+    arXiv:2006.10410). E[u~_k(a)] is the value of a under sigma for any baseline; a
+    sampled action with sigma = 0 no longer zeroes the estimates above it, they fall back
+    to the baseline's. `value_clip` > 0 clips u~_k(a*_k) to +-value_clip.
+
+    Regret targets, per `estimator`:
+    * `baseline`: r_k(a) = u~_k(a) - v~_k (VR-MCCFR; unbiased whatever the baseline);
+    * `history_value`: r_k(a) = b_k(a) - sum_b sigma_k(b) b_k(b), the ESCHER-style target
+      (McAleer et al. 2022, arXiv:2206.04122): no importance weight and no sampled term,
+      exact when the value network is; biased by its error otherwise.
+
+    The value network's target for (h_k, a*_k) is
+    y_k = lambda v~_{k+1} + (1 - lambda) sum_a sigma_{k+1}(a) b_{k+1}(a) (u after the last
+    decision): lambda = 1 is the sampled (variance-reduced) return, lambda = 0 the
+    expected-SARSA bootstrap through the next decision's estimates.
+
+    Args:
+      policy, mask, baseline: [D, A] sigma_k, legal actions, b_k (0 where illegal).
+      action: [D] a*_k; sample_prob: [D] q_k.
+      count: [] decisions on the path (entries at or past it are ignored).
+      utility: [] terminal (or cut-off) utility of the traverser.
+      estimator: `baseline` or `history_value`.
+      value_clip: clip of u~_k(a*_k); 0 disables.
+      value_lambda: lambda in [0, 1].
+
+    Returns:
+      ([D, A] regret targets, 0 on illegal actions and past `count`; [D] value targets).
+    """
+    if estimator not in OUTCOME_ESTIMATORS[1:]:
+        raise ValueError(
+            f"traversal.outcome_estimator must be one of {OUTCOME_ESTIMATORS}, got {estimator!r}"
+        )
+    depth, num_actions = policy.shape
+    actions = jnp.arange(num_actions)
+    baseline = jnp.where(mask, baseline, 0.0)
+
+    def back(carry, k):
+        sampled_next, expected_next = carry
+        valid = k < count
+        sigma, b, legal = policy[k], baseline[k], mask[k]
+        chosen = actions == action[k]
+        correction = (sampled_next - b[action[k]]) / sample_prob[k]
+        value_chosen = b[action[k]] + correction
+        if value_clip > 0:
+            value_chosen = jnp.clip(value_chosen, -value_clip, value_clip)
+        values = jnp.where(chosen, value_chosen, b)
+        # barriers: the products stay products in every caller (no fused multiply-adds)
+        sampled = sequential_sum(jax.lax.optimization_barrier(sigma * values))
+        expected = sequential_sum(jax.lax.optimization_barrier(sigma * b))
+        if estimator == "baseline":
+            regrets = values - sampled
+        else:
+            regrets = b - expected
+        lam = jnp.float32(value_lambda)
+        parts = jax.lax.optimization_barrier(
+            (lam * sampled_next, (jnp.float32(1.0) - lam) * expected_next)
+        )
+        value_target = parts[0] + parts[1]
+        out = (
+            jnp.where(valid & legal, regrets, 0.0).astype(jnp.float32),
+            jnp.where(valid, value_target, 0.0).astype(jnp.float32),
+        )
+        carry = (jnp.where(valid, sampled, sampled_next), jnp.where(valid, expected, expected_next))
+        return carry, out
+
+    utility = jnp.asarray(utility, jnp.float32)
+    _, (targets, value_targets) = jax.lax.scan(
+        back, (utility, utility), jnp.arange(depth), reverse=True
+    )
+    return targets, value_targets

@@ -26,8 +26,10 @@ from lc_cfr.traversal.lockstep import (
     Networks,
     TraversalOptions,
     expansion_start,
+    uses_value_network,
     utility_factor,
     validate_options,
+    value_spec,
 )
 
 
@@ -47,6 +49,7 @@ class Result:
     advantage: list
     strategy: list
     stats: dict
+    value: list = dataclasses.field(default_factory=list)  # value network samples
 
 
 def _select(params_pair, index):
@@ -77,6 +80,24 @@ class ReferenceTraversal:
             return mlp.masked_policy(mlp.apply(spec, params, obs[None]), mask[None])[0]
 
         self._regret_policy = regret_policy
+        if uses_value_network(options):
+            vspec = value_spec(rules, spec)
+
+            @jax.jit
+            def baseline(params, history, mask):
+                raw = mlp.apply(vspec, params, history[None])
+                return mlp.masked_advantages(raw, mask[None])[0]
+
+            self._baseline = baseline
+            self._history = jax.jit(functools.partial(engine.observe_history, r))
+            self._path_targets = jax.jit(
+                functools.partial(
+                    pol.baseline_path_targets,
+                    estimator=options.outcome_estimator,
+                    value_clip=options.value_clip,
+                    value_lambda=options.value_lambda,
+                )
+            )
         self._strategy_policy = strategy_policy
         self._explore = jax.jit(pol.explore, static_argnums=2)
         self._sample = jax.jit(pol.sample_action)
@@ -108,10 +129,10 @@ class ReferenceTraversal:
             ],
             0,
         )
-        self.advantage, self.strategy = [], []
+        self.advantage, self.strategy, self.value = [], [], []
         for j in range(self.o.num_traversals):
             self._traversal(j)
-        return Result(self.advantage, self.strategy, self.stats)
+        return Result(self.advantage, self.strategy, self.stats, self.value)
 
     # ----- shared pieces --------------------------------------------------------
 
@@ -210,6 +231,7 @@ class ReferenceTraversal:
 
     def _outcome(self, state) -> None:
         path = []  # (obs, mask, sigma, action, q) at the traverser's decisions
+        baselines = []  # (history features, b(h, .)) at the same decisions
         while True:
             mover = int(state.current_player)
             obs, mask = self._observe(state, mover), self._mask(state)
@@ -219,6 +241,9 @@ class ReferenceTraversal:
             action = self._sample(behaviour, mask, self._draw(rng.Purpose.SAMPLE))
             if is_traverser:
                 path.append((obs, mask, played, action, behaviour[action]))
+                if uses_value_network(self.o):
+                    history = self._history(state, self.traverser)
+                    baselines.append((history, self._baseline(self.networks.value, history, mask)))
             if self._store_strategy(is_traverser):
                 self._record_strategy(obs, mask, stored)
             self.stats["nodes"] += 1
@@ -228,6 +253,9 @@ class ReferenceTraversal:
                 utility = self._value_at_end(state, cut)
                 break
         slots = self.rules.max_turns + 1
+        if uses_value_network(self.o):
+            self._value_targets(path, baselines, utility, slots)
+            return
         ratios = np.ones((slots,), np.float32)
         for k, (_, _, sigma, action, q) in enumerate(path):
             ratios[k] = np.asarray(sigma[action] / q)
@@ -307,3 +335,26 @@ class ReferenceTraversal:
         node_value, regrets = self._node_regrets(sigma, values, mask)
         record.target = np.asarray(regrets)
         return node_value
+
+    def _value_targets(self, path, baselines, utility, slots) -> None:
+        """Targets of the estimators that read the value network (one path)."""
+        a = self.rules.num_actions
+        sigma, mask = np.zeros((slots, a), np.float32), np.zeros((slots, a), bool)
+        action, prob = np.zeros((slots,), np.int32), np.ones((slots,), np.float32)
+        baseline = np.zeros((slots, a), np.float32)
+        for k, (_, m, s, act, q) in enumerate(path):
+            sigma[k], mask[k], action[k], prob[k] = s, m, int(act), np.asarray(q)
+            baseline[k] = np.asarray(baselines[k][1])
+        regrets, value_targets = self._path_targets(
+            sigma, mask, action, prob, baseline, len(path), utility
+        )
+        for k, (obs, m, _, act, _) in enumerate(path):
+            self.advantage.append(
+                Record(self.traversal, k, np.asarray(obs), np.asarray(m), np.asarray(regrets[k]))
+            )
+            chosen = np.arange(a) == int(act)
+            target = np.where(chosen, np.asarray(value_targets[k]), 0.0).astype(np.float32)
+            self.value.append(
+                Record(self.traversal, k, np.asarray(baselines[k][0]), chosen, target)
+            )
+        self.adv_nodes = len(path)
