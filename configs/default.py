@@ -93,6 +93,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.network.hidden_size = 512  # units per hidden layer
     config.network.num_layers = 3  # hidden layers
     config.network.activation = "relu"  # relu | gelu | tanh | silu
+    # Output head: slot (one output per action) | card (play / discard outputs per card id,
+    # read through the hand into the slot actions; lc_cfr.nets.mlp)
+    config.network.head = "slot"
 
     config.optimization = ml_collections.ConfigDict()
     config.optimization.learning_rate = 1e-3  # AdamW, all three networks
@@ -131,6 +134,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.evaluation.mode = "greedy"  # greedy | sampled play of the views
     config.evaluation.seed = 20261130  # deals (iteration word 0) and sampled actions
     config.evaluation.lanes = 0  # games in flight at once; 0 = the evaluator's default
+    # Exact exploitability (OpenSpiel, lc_cfr.spiel) every this many iterations, in points;
+    # enumerable variants only (the :tiny preset); 0 = never.
+    config.evaluation.exploitability_every = 0
 
     config.checkpoint = ml_collections.ConfigDict()
     config.checkpoint.save_latest = True  # overwrite checkpoints/latest every iteration
@@ -143,8 +149,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         _smoke(config)
     elif preset == "small":
         _small(config)
+    elif preset == "tiny":
+        _tiny(config)
     elif preset:
-        raise ValueError(f"unknown preset {preset!r}; valid: '', 'smoke', 'small'")
+        raise ValueError(f"unknown preset {preset!r}; valid: '', 'smoke', 'small', 'tiny'")
     return config
 
 
@@ -171,6 +179,36 @@ def _small(config: ml_collections.ConfigDict) -> None:
     config.evaluation.eval_every = 10
     config.evaluation.opponents = "random,passive_discard,safe_heuristic"
     config.evaluation.extended_eval_every = 50
+
+
+def _tiny(config: ml_collections.ConfigDict) -> None:
+    """lc_cfr.spiel.TINY_RULES (one colour of five cards, one-card hands), small enough
+    that OpenSpiel computes the exact exploitability every few iterations
+    (docs/exploitability.md); needs the `openspiel` extra."""
+    config.rules.n_colors = 1
+    config.rules.n_ranks = 4
+    config.rules.n_wagers = 1
+    config.rules.hand_size = 1
+    config.rules.expedition_penalty = -5
+    config.rules.max_turns = 4
+    config.utility_scale = 10.0  # expeditions score -10..+18 here
+    config.run.max_iterations = 100
+    config.traversal.traversals_per_player = 512
+    config.traversal.lanes = 256
+    config.network.hidden_size = 64
+    config.network.num_layers = 2
+    config.optimization.advantage_updates = 256
+    config.optimization.advantage_batch_size = 256
+    config.optimization.strategy_updates = 256
+    config.optimization.strategy_batch_size = 256
+    config.optimization.value_updates = 128
+    config.optimization.value_batch_size = 256
+    config.memory.advantage_capacity = 200_000
+    config.memory.strategy_capacity = 200_000
+    config.memory.value_capacity = 20_000
+    config.evaluation.eval_every = 0  # bots are no yardstick here: exploitability is
+    config.evaluation.extended_eval_every = 0
+    config.evaluation.exploitability_every = 5
 
 
 def _smoke(config: ml_collections.ConfigDict) -> None:

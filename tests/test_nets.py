@@ -123,3 +123,42 @@ def test_spec_errors_name_the_field(overrides, field):
 
 def test_spec_is_hashable():
     assert hash(SPEC) == hash(mlp.NetworkSpec(12, 5, 16, 2))
+
+
+def test_card_head_reads_each_slot_from_its_card():
+    from lc_cfr.game import engine
+    from lc_cfr.game.rules import Rules
+
+    rules = Rules(n_colors=2, n_ranks=4, n_wagers=1, hand_size=3, max_turns=10)
+    n, h = rules.n_cards, rules.hand_size
+    spec = mlp.NetworkSpec(
+        rules.encoding_size, rules.num_actions, 8, 1, head="card", n_cards=n, hand_size=h
+    )
+    assert spec.output_size == 2 * n + 1 + rules.n_colors
+    params = mlp.init_params(spec, jax.random.key(0))
+    chex.assert_shape(params["output"]["kernel"], (8, spec.output_size))
+    state = engine.init(rules, 3, 5)
+    x = engine.observe(rules, state, 0)[None]
+    played = engine.step(rules, state, 1)  # a card leaves: slot h-1 is empty while drawing
+    x = jnp.concatenate([x, engine.observe(rules, played, 0)[None]])
+    raw = mlp._MLP(spec).apply({"params": params}, x)  # [2, 2N + 1 + C]
+    out = mlp.apply(spec, params, x)
+    chex.assert_shape(out, (2, rules.num_actions))
+    for row, game in enumerate([state, played]):
+        hand = np.asarray(game.hands[0])
+        for slot in range(h):
+            card = int(hand[slot])
+            if card == n:  # empty slot
+                assert out[row, slot] == out[row, h + slot] == 0.0
+            else:
+                assert out[row, slot] == raw[row, card]
+                assert out[row, h + slot] == raw[row, n + card]
+        np.testing.assert_array_equal(out[row, 2 * h :], raw[row, 2 * n :])
+    assert int(np.sum(np.asarray(played.hands[0]) == n)) == 1
+    # the layout (torch convention) holds the card-sized output layer
+    layout = mlp.to_layout(spec, params)
+    assert layout["output.weight"].shape == (spec.output_size, 8)
+    with pytest.raises(ValueError, match="network.head"):
+        mlp.NetworkSpec(12, 5, 8, 1, head="cards")
+    with pytest.raises(ValueError, match="network.head='card'"):
+        mlp.NetworkSpec(12, 5, 8, 1, head="card")

@@ -264,6 +264,7 @@ def test_bad_settings_name_the_field(overrides, field):
     [
         (dict(sampling_mode="external", expand_at="sampled"), "traversal.expand_at"),
         (dict(rm_floor=0.1), "regret_matching.floor"),
+        (dict(outcome_estimator="baseline"), "traversal.outcome_estimator"),
     ],
 )
 def test_modes_of_the_jax_backend_only_are_refused_naming_it(overrides, field):

@@ -146,6 +146,9 @@ def test_config_errors_name_the_field(tmp_path):
         ({"network.activation": "swish"}, "network.activation"),
         ({"training_weighting.mode": "t2"}, "training_weighting.mode"),
         ({"optimization.advantage_init": "keep"}, "optimization.advantage_init"),
+        ({"network.head": "card", "traversal.backend": "recursive"}, "network.head"),
+        ({"network.head": "card", "optimization.learner": "torch"}, "network.head"),
+        ({"evaluation.exploitability_every": 1}, "evaluation.exploitability_every"),
     ]
     for overrides, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -174,6 +177,14 @@ def test_target_anatomy_is_reported_for_each_sampling_mode(tmp_path):
         shares = [row[f"targets/p{k}_share"] for k in range(4)]
         assert sum(shares) == pytest.approx(1.0)
         assert 0.0 <= row["targets/zero_fraction"] <= 1.0 and row["targets/variance"] >= 0
+
+
+def test_card_head_trains_and_evaluates(tmp_path):
+    config = smoke_config(**{"run.max_iterations": 1, "network.head": "card"})
+    config.evaluation.eval_every = 1
+    state = Trainer(config, tmp_path).run()
+    assert state.strategy_params["output"]["kernel"].shape[1] == 2 * 12 + 1 + 2  # 2N + 1 + C
+    assert "eval/current/random/margin_mean" in _rows(tmp_path)[-1]
 
 
 def test_resume_refuses_another_config_but_allows_run_fields(tmp_path):

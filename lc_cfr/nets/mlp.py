@@ -31,6 +31,7 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 Params = dict  # {"layer_0": {"kernel": [E, H], "bias": [H]}, ..., "output": {...}}
+HEADS = ("slot", "card")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,14 @@ class NetworkSpec:
         hidden_size: width of every hidden layer.
         num_layers: number of hidden layers (each Dense + activation).
         activation: one of ACTIVATIONS ('relu', 'gelu', 'tanh', 'silu').
+        head: `slot` (one output per action: play / discard hand slot i, draws) or `card`
+            (play / discard card c for every card id, draws), read back into the slot
+            actions through the hand held: the hand's cards are the first `n_cards`
+            entries of the input (the encoding's `hand` block, docs/game.md), slot i the
+            i-th card in id order. Why: "play the red 7" means the same whatever slot the
+            card sits in, so what is learnt of a card carries over between hands.
+        n_cards: N, the card ids (`card` head only).
+        hand_size: H, the hand slots (`card` head only).
     """
 
     input_size: int
@@ -50,6 +59,9 @@ class NetworkSpec:
     hidden_size: int
     num_layers: int
     activation: str = "relu"
+    head: str = "slot"
+    n_cards: int = 0
+    hand_size: int = 0
 
     def __post_init__(self):
         for name in ("input_size", "num_actions", "hidden_size", "num_layers"):
@@ -60,6 +72,23 @@ class NetworkSpec:
             raise ValueError(
                 f"network.activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}"
             )
+        if self.head not in HEADS:
+            raise ValueError(f"network.head must be one of {HEADS}, got {self.head!r}")
+        if self.head == "card" and not (
+            1 <= self.hand_size < self.n_cards <= self.input_size
+            and self.num_actions - 2 * self.hand_size >= 2
+        ):
+            raise ValueError(
+                f"network.head='card' needs the rules' n_cards and hand_size, got "
+                f"n_cards={self.n_cards}, hand_size={self.hand_size}"
+            )
+
+    @property
+    def output_size(self) -> int:
+        """Raw outputs of the last layer: A (slot head) or 2N + 1 + C (card head)."""
+        if self.head == "slot":
+            return self.num_actions
+        return self.num_actions + 2 * (self.n_cards - self.hand_size)
 
     @property
     def layer_names(self) -> tuple[str, ...]:
@@ -69,7 +98,7 @@ class NetworkSpec:
     def layer_sizes(self) -> tuple[tuple[str, int, int], ...]:
         """(name, in_features, out_features) of every Dense layer in order."""
         ins = (self.input_size,) + (self.hidden_size,) * self.num_layers
-        outs = (self.hidden_size,) * self.num_layers + (self.num_actions,)
+        outs = (self.hidden_size,) * self.num_layers + (self.output_size,)
         return tuple(zip(self.layer_names, ins, outs, strict=True))
 
 
@@ -83,7 +112,26 @@ class _MLP(nn.Module):
         act = ACTIVATIONS[self.spec.activation]
         for i in range(self.spec.num_layers):
             x = act(nn.Dense(self.spec.hidden_size, name=f"layer_{i}")(x))
-        return nn.Dense(self.spec.num_actions, name="output")(x)
+        return nn.Dense(self.spec.output_size, name="output")(x)
+
+
+def card_outputs_to_slots(spec: NetworkSpec, x: jax.Array, raw: jax.Array) -> jax.Array:
+    """[B, A] slot-action outputs from card-head outputs [B, 2N + 1 + C].
+
+    Slot i reads the outputs of the i-th card of the hand (cards in id order, the hand's
+    bits being x[:, :N]); an empty slot reads 0 (it is never legal).
+    """
+    n, h = spec.n_cards, spec.hand_size
+    hand = x[:, :n] > 0.5  # [B, N]
+    rank_in_hand = jnp.cumsum(hand, axis=1) - 1  # [B, N]
+    in_slot = hand[:, None, :] & (rank_in_hand[:, None, :] == jnp.arange(h)[None, :, None])
+    card = jnp.argmax(in_slot, axis=2)  # [B, H], the card in each slot
+    filled = jnp.any(in_slot, axis=2)  # [B, H]
+
+    def read(block):
+        return jnp.where(filled, jnp.take_along_axis(block, card, axis=1), 0.0)
+
+    return jnp.concatenate([read(raw[:, :n]), read(raw[:, n : 2 * n]), raw[:, 2 * n :]], axis=1)
 
 
 def init_params(spec: NetworkSpec, key: jax.Array) -> Params:
@@ -111,7 +159,11 @@ def apply(spec: NetworkSpec, params: Params, x: jax.Array) -> jax.Array:
     Returns:
         [B, A] float32 raw outputs (advantages or logits, read by the masked heads).
     """
-    return _MLP(spec).apply({"params": params}, jnp.asarray(x, jnp.float32))
+    x = jnp.asarray(x, jnp.float32)
+    raw = _MLP(spec).apply({"params": params}, x)
+    if spec.head == "card":
+        return card_outputs_to_slots(spec, x, raw)
+    return raw
 
 
 def masked_advantages(raw: jax.Array, mask: jax.Array) -> jax.Array:

@@ -47,4 +47,19 @@ Python `CFRSolver` 0.21 s an iteration (300 in 64 s); outcome-sampling MCCFR 0.6
 external-sampling MCCFR 1.6 ms an iteration. Reference curves: docs/openspiel_reference.json.
 """
 
-__all__ = ["TINY_RULES"]
+# Variants with more cards than this are refused by the trainer's exploitability schedule:
+# their trees take minutes to hours to enumerate (docs/exploitability.md has the sizes).
+MAX_ENUMERABLE_CARDS = 6
+
+
+def check_enumerable(rules: Rules, field: str) -> None:
+    """Raises ValueError naming `field` when `rules` is too large to enumerate."""
+    if rules.n_cards > MAX_ENUMERABLE_CARDS:
+        raise ValueError(
+            f"{field}: exact exploitability enumerates the whole game; these rules have "
+            f"{rules.n_cards} cards, at most {MAX_ENUMERABLE_CARDS} are allowed (e.g. the "
+            "configs/default.py:tiny preset, lc_cfr.spiel.TINY_RULES)"
+        )
+
+
+__all__ = ["MAX_ENUMERABLE_CARDS", "TINY_RULES", "check_enumerable"]

@@ -91,11 +91,18 @@ def check_settings(name: str, settings: WorkerSettings) -> None:
 JAX_ONLY_MODES = (
     ("expand_at", "root", "traversal.expand_at"),
     ("rm_floor", 0.0, "regret_matching.floor"),
+    ("outcome_estimator", "importance", "traversal.outcome_estimator"),
 )
 
 
-def check_modes(name: str, options: lockstep.TraversalOptions) -> None:
+def check_modes(name: str, options: lockstep.TraversalOptions, spec: mlp.NetworkSpec) -> None:
     """Refuses, naming the field and the backends that have it, a mode the C core lacks."""
+    if spec.head != "slot":
+        raise ValueError(
+            f"network.head={spec.head!r} is implemented by the jax backend only "
+            f"(traversal.backend='jax'); the {name} backend's torch networks have the slot "
+            "head (docs/backends.md)"
+        )
     for field, supported, config_field in JAX_ONLY_MODES:
         value = getattr(options, field)
         if value != supported:
@@ -151,7 +158,7 @@ class TorchBackend:
         settings: WorkerSettings,
     ):
         check_settings(name, settings)
-        check_modes(name, options)
+        check_modes(name, options, spec)
         self.name, self.rules, self.spec, self.options = name, rules, spec, options
         self.settings = settings
         self.slots = lockstep.slots_per_traversal(rules, options)

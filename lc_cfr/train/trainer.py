@@ -58,6 +58,8 @@ ADDED_FIELDS = {
     "optimization.value_updates": 256,
     "optimization.value_batch_size": 512,
     "memory.value_capacity": 200_000,
+    "evaluation.exploitability_every": 0,
+    "network.head": "slot",
 }
 
 
@@ -100,6 +102,9 @@ def spec_from_config(config, rules: Rules) -> mlp.NetworkSpec:
         hidden_size=config.network.hidden_size,
         num_layers=config.network.num_layers,
         activation=config.network.activation,
+        head=config.network.head,
+        n_cards=rules.n_cards,
+        hand_size=rules.hand_size,
     )
 
 
@@ -179,6 +184,11 @@ def learner_from_config(config, spec: mlp.NetworkSpec, kind: str):
     )
     if opt.learner == "optax":
         return Learner(spec, kind=kind, optimizer=make_optimizer(**hyper), **sizes)
+    if spec.head != "slot":
+        raise ValueError(
+            f"network.head={spec.head!r} is implemented by the optax learner only; set "
+            "optimization.learner='optax'"
+        )
     from lc_cfr.torch_path import TorchLearner  # torch is imported only if asked for
     from lc_cfr.torch_path.trainer_learner import TrainerTorchLearner
 
@@ -201,7 +211,7 @@ def _names(text: str, field: str, valid) -> tuple[str, ...]:
 def _evaluation_plan(config) -> dict:
     """The `evaluation` block as explicit, validated arguments of `lc_cfr.eval.evaluate`."""
     e = config.evaluation
-    for field in ("eval_every", "extended_eval_every", "lanes"):
+    for field in ("eval_every", "extended_eval_every", "lanes", "exploitability_every"):
         if e[field] < 0:
             raise ValueError(f"evaluation.{field} must be >= 0, got {e[field]}")
     for field in ("games", "extended_games"):
@@ -222,7 +232,29 @@ def _evaluation_plan(config) -> dict:
         "mode": e.mode,
         "seed": e.seed,
         "lanes": e.lanes or None,
+        "exploitability_every": e.exploitability_every,
     }
+
+
+def _exploitability_evaluator(config, rules: Rules, spec: mlp.NetworkSpec):
+    """The exact-exploitability evaluator of `evaluation.exploitability_every` (OpenSpiel)."""
+    from lc_cfr.spiel import check_enumerable
+
+    check_enumerable(rules, "evaluation.exploitability_every")
+    try:
+        from lc_cfr.spiel.exploitability import ExploitabilityEvaluator
+    except ImportError as error:
+        raise ValueError(
+            "evaluation.exploitability_every needs OpenSpiel: pip install -e '.[openspiel]' "
+            f"({error})"
+        ) from error
+    return ExploitabilityEvaluator(
+        rules,
+        spec,
+        utility_scale=float(config.utility_scale),
+        fallback=config.regret_matching.all_negative_fallback,
+        floor=float(config.regret_matching.floor),
+    )
 
 
 def _flat_config(config) -> dict:
@@ -300,6 +332,9 @@ class Trainer:
             )
             self._window_add = jax.jit(reservoir.window_add, donate_argnums=0)
         self.evaluation = _evaluation_plan(config)
+        self.exploitability = None
+        if self.evaluation["exploitability_every"]:
+            self.exploitability = _exploitability_evaluator(config, self.rules, self.spec)
         self.base_key = jax.random.PRNGKey(config.seed)
 
     # ----- randomness: a pure function of (seed, iteration, player, purpose) -----------
@@ -513,7 +548,23 @@ class Trainer:
         return new_state, row
 
     def evaluate(self, state: TrainState) -> dict:
-        """Mirrored evaluation on the schedule of the `evaluation` block ({} when off)."""
+        """Mirrored evaluation (and exact exploitability) on the `evaluation` schedules."""
+        row = self.evaluate_bots(state)
+        every = self.evaluation["exploitability_every"]
+        if every and state.iteration % every == 0:
+            views = {"average_strategy": state.strategy_params, "current": state.advantage_params}
+            chosen = {v: views[v] for v in self.evaluation["views"]}
+            figures = self.exploitability(
+                strategy_params=chosen.get("average_strategy"),
+                advantage_params=chosen.get("current"),
+            )
+            for view, values in figures.items():
+                row[f"exploitability/{view}"] = values["exploitability"]
+            row["exploitability/uniform"] = self.exploitability.uniform()["exploitability"]
+        return row
+
+    def evaluate_bots(self, state: TrainState) -> dict:
+        """Mirrored evaluation against bots on its schedule ({} when off)."""
         plan = self.evaluation
         t = state.iteration
         if plan["extended_every"] and t % plan["extended_every"] == 0:

@@ -20,6 +20,7 @@ device (`jax.pmap`); the samples are the single-device ones.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, NamedTuple
 
@@ -136,13 +137,7 @@ def uses_value_network(options: TraversalOptions) -> bool:
 
 def value_spec(rules: Rules, spec: mlp.NetworkSpec) -> mlp.NetworkSpec:
     """The value network: the shape of `spec` over the history features (E + N)."""
-    return spec.__class__(
-        input_size=engine.history_size(rules),
-        num_actions=spec.num_actions,
-        hidden_size=spec.hidden_size,
-        num_layers=spec.num_layers,
-        activation=spec.activation,
-    )
+    return dataclasses.replace(spec, input_size=engine.history_size(rules))
 
 
 class Networks(NamedTuple):
