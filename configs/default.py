@@ -113,6 +113,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # draw the same batches and agree to float32 rounding (docs/performance.md)
     config.optimization.learner = "optax"
 
+    # SD-CFR (Steinberger 2019): advantage-network snapshots kept for the `sd_cfr` policy
+    # view, which plays one snapshot per game drawn by its iteration's weight; 0 = off.
+    config.sd_cfr = ml_collections.ConfigDict()
+    config.sd_cfr.snapshots = 0  # K, filled by a weighted reservoir (lc_cfr.train.trainer)
+
     config.memory = ml_collections.ConfigDict()
     config.memory.advantage_capacity = 2_000_000  # per player
     config.memory.strategy_capacity = 2_000_000  # shared by both players
@@ -130,7 +135,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         "safe_heuristic_strict,noisy_safe"
     )  # bots met every extended_eval_every (replaces the regular set on those iterations)
     config.evaluation.extended_games = 2000  # games per view and opponent
-    config.evaluation.views = "average_strategy,current"  # policy views evaluated
+    config.evaluation.views = "average_strategy,current"  # ... and sd_cfr (needs sd_cfr.snapshots)
     config.evaluation.mode = "greedy"  # greedy | sampled play of the views
     config.evaluation.seed = 20261130  # deals (iteration word 0) and sampled actions
     config.evaluation.lanes = 0  # games in flight at once; 0 = the evaluator's default

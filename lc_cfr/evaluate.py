@@ -27,7 +27,7 @@ from absl import app, flags
 
 from lc_cfr.bots import BOT_NAMES, check_bot_name
 from lc_cfr.eval import games as eval_games
-from lc_cfr.eval.api import evaluate, evaluate_bots
+from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, evaluate, evaluate_bots
 from lc_cfr.game import rng
 from lc_cfr.game.rules import Rules
 
@@ -119,8 +119,8 @@ def parse_request(
         raise app.UsageError(str(error)) from None
     view_names = _names(views, "views")
     for view in view_names:
-        if view not in eval_games.VIEWS:
-            raise app.UsageError(f"--views must be among {list(eval_games.VIEWS)}, got {view!r}")
+        if view not in POLICY_VIEWS:
+            raise app.UsageError(f"--views must be among {list(POLICY_VIEWS)}, got {view!r}")
     if mode not in eval_games.MODES:
         raise app.UsageError(f"--mode must be one of {list(eval_games.MODES)}, got {mode!r}")
     if checkpoint is not None and (workdir is None or checkpoint < 0):
@@ -174,6 +174,14 @@ def run_request(request: Request) -> dict:
         except ValueError as error:
             raise app.UsageError(f"--workdir {request.workdir}: {error}") from None
         available = {"average_strategy": strategy, "current": tuple(advantage)}
+        if SD_CFR in request.views:
+            snapshots = trainer.load_snapshots(iteration)
+            if snapshots is None:
+                raise app.UsageError(
+                    f"--views sd_cfr: the run {request.workdir} keeps no snapshots "
+                    "(sd_cfr.snapshots was 0)"
+                )
+            available[SD_CFR] = snapshots
         fallback = config.regret_matching.all_negative_fallback
         metrics = evaluate(
             trainer.rules,

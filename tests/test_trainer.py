@@ -257,3 +257,47 @@ def test_presets_build_a_trainer(tmp_path):
         assert trainer.options.num_traversals == config.traversal.traversals_per_player
     with pytest.raises(ValueError, match="unknown preset"):
         default_config.get_config("huge")
+
+
+def test_chao_reservoir_keeps_iterations_in_proportion_to_their_weight():
+    from lc_cfr.train.trainer import chao_slot
+
+    k, iterations, trials = 4, 30, 20000
+    rng = np.random.default_rng(0)
+    kept = np.zeros(iterations + 1)
+    for _ in range(trials):
+        slots, total = [], 0.0
+        for t in range(1, iterations + 1):
+            total += t
+            slot = chao_slot(len(slots), k, float(t), total, rng.random(), rng.integers(k))
+            if slot == len(slots):
+                slots.append(t)
+            elif slot is not None:
+                slots[slot] = t
+        kept[slots] += 1
+    frequency = kept / trials
+    expected = k * np.arange(iterations + 1) / total
+    late = np.arange(2 * k, iterations + 1)  # past the fill, where it is exact
+    np.testing.assert_allclose(frequency[late], expected[late], atol=0.015)
+    assert abs(frequency.sum() - k) < 1e-9
+
+
+def test_sd_cfr_view_is_evaluated_and_resumes_exactly(tmp_path):
+    overrides = {"sd_cfr.snapshots": 2, "evaluation.views": "average_strategy,current,sd_cfr"}
+    whole = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "w").run()
+    Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path / "s").run()
+    split = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "s").run()
+    assert whole.sd_count == split.sd_count == 2 and whole.sd_weight == 6.0
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(split), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    row = _rows(tmp_path / "w")[-1]
+    assert row["eval/sd_cfr/random/games"] == 8  # smoke: 8 games, 4 deals in 2 blocks
+    loaded = Trainer(smoke_config(**overrides), tmp_path / "w").load_snapshots()
+    assert loaded.count == 2
+    leaves = zip(
+        jax.tree.leaves(loaded.advantage), jax.tree.leaves(whole.sd_advantage), strict=True
+    )
+    for a, b in leaves:
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="sd_cfr.snapshots"):
+        Trainer(smoke_config(**{"evaluation.views": "sd_cfr"}), tmp_path / "x")

@@ -6,7 +6,7 @@ The game, randomness and lockstep layout are documented in `lc_cfr.eval.games`, 
 metrics in `lc_cfr.eval.metrics`.
 """
 
-from lc_cfr.eval.api import evaluate, evaluate_bots, metric_key
+from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, Snapshots, evaluate, evaluate_bots, metric_key
 from lc_cfr.eval.games import (
     DEFAULT_LANES,
     MODES,
@@ -29,7 +29,10 @@ __all__ = [
     "VIEWS",
     "Agent",
     "GameRecords",
+    "POLICY_VIEWS",
     "PlayResult",
+    "SD_CFR",
+    "Snapshots",
     "bot_agent",
     "evaluate",
     "evaluate_bots",

@@ -10,13 +10,83 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
 
 from lc_cfr.bots import check_bot_name
 from lc_cfr.eval import games as eval_games
 from lc_cfr.eval.metrics import summarize
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
+
+SD_CFR = "sd_cfr"
+POLICY_VIEWS = eval_games.VIEWS + (SD_CFR,)
+
+
+class Snapshots(NamedTuple):
+    """The `sd_cfr` view: advantage networks of past iterations (Steinberger 2019).
+
+    SD-CFR ("Single Deep CFR", arXiv:1901.07621) plays the average strategy without an
+    average-strategy network: at the start of each game it draws one iteration t with
+    probability proportional to its weight and plays that iteration's regret-matching
+    policy for the whole game. The trainer keeps snapshots whose inclusion probability
+    is already proportional to the weight (`lc_cfr.train.trainer`), so a game draws one
+    of them uniformly.
+    """
+
+    advantage: tuple  # (player 0's, player 1's) params, every leaf [K, ...]
+    count: int  # valid snapshots: the first `count` of the K
+
+
+def snapshot_blocks(count: int, deals: int, seed: int) -> tuple[np.ndarray, int]:
+    """(snapshot of each block, deals per block): the deals split evenly among snapshots.
+
+    Stratified rather than drawn per game: every kept snapshot plays the same number of
+    deals (a uniform draw in expectation, with less variance). With more snapshots than
+    deals, `deals` of them are picked at random (from `seed`), one deal each.
+    """
+    if count < 1:
+        raise ValueError("the sd_cfr view needs at least one snapshot")
+    blocks = min(count, deals)
+    chosen = np.arange(count)
+    if blocks < count:
+        chosen = np.sort(np.random.default_rng(seed).choice(count, blocks, replace=False))
+    return chosen, deals // blocks
+
+
+def _play_snapshots(rules, spec, agent, opponent, snapshots: Snapshots, *, games, seed, lanes):
+    """The sd_cfr view against one bot: each block of deals by one snapshot's RM policy."""
+    chosen, per_block = snapshot_blocks(snapshots.count, games // 2, seed)
+    results = []
+    for block, k in enumerate(chosen):
+        params = tuple(jax.tree.map(lambda x, k=k: x[k], p) for p in snapshots.advantage)
+        results.append(
+            eval_games.play(
+                rules,
+                spec,
+                agent,
+                opponent,
+                params,
+                games=2 * per_block,
+                seed=seed,
+                lanes=lanes,
+                first_deal=block * per_block,
+            )
+        )
+    fields = eval_games.GameRecords._fields
+    records = eval_games.GameRecords(
+        **{f: np.concatenate([getattr(r.records, f) for r in results], axis=1) for f in fields}
+    )
+    return eval_games.PlayResult(
+        records,
+        sum(r.steps for r in results),
+        sum(r.rows for r in results),
+        results[0].half_lanes,
+        sum(r.compile_seconds for r in results),
+        sum(r.run_seconds for r in results),
+    )
 
 
 def metric_key(view: str, opponent: str, metric: str) -> str:
@@ -60,8 +130,8 @@ def evaluate(
       rules: the game variant.
       spec: the shape of every network.
       params_views: view name -> parameters, views among `average_strategy` (the strategy
-        network's params) and `current` (the pair (player 0's, player 1's) advantage
-        networks' params).
+        network's params), `current` (the pair (player 0's, player 1's) advantage
+        networks' params) and `sd_cfr` (`Snapshots`: a block of the deals per snapshot).
       opponents: bot names.
       games: even number of games per (view, opponent): games / 2 deals.
       view_modes: `greedy` or `sampled` for every view, or a mapping view -> mode.
@@ -76,10 +146,8 @@ def evaluate(
     if not params_views:
         raise ValueError("params_views must name at least one view")
     for view in params_views:
-        if view not in eval_games.VIEWS:
-            raise ValueError(
-                f"params_views: unknown view {view!r}; valid: {list(eval_games.VIEWS)}"
-            )
+        if view not in POLICY_VIEWS:
+            raise ValueError(f"params_views: unknown view {view!r}; valid: {list(POLICY_VIEWS)}")
     if isinstance(view_modes, str):
         view_modes = dict.fromkeys(params_views, view_modes)
     missing = sorted(set(params_views) - set(view_modes))
@@ -88,15 +156,23 @@ def evaluate(
     opponents = _check_opponents(opponents, "opponents")
     eval_games.check_games(games, lanes)
     agents = {
-        view: eval_games.network_agent(view, view_modes[view], fallback) for view in params_views
+        view: eval_games.network_agent(
+            "current" if view == SD_CFR else view, view_modes[view], fallback
+        )
+        for view in params_views
     }
     out: dict[str, float] = {}
     for view, params in params_views.items():
         for opponent in opponents:
             start = time.perf_counter()
-            result = eval_games.play(
-                rules, spec, agents[view], opponent, params, games=games, seed=seed, lanes=lanes
-            )
+            if view == SD_CFR:
+                result = _play_snapshots(
+                    rules, spec, agents[view], opponent, params, games=games, seed=seed, lanes=lanes
+                )
+            else:
+                result = eval_games.play(
+                    rules, spec, agents[view], opponent, params, games=games, seed=seed, lanes=lanes
+                )
             metrics = _timed_metrics(result, time.perf_counter() - start)
             out.update({metric_key(view, opponent, k): v for k, v in metrics.items()})
     return out

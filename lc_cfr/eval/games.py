@@ -208,12 +208,13 @@ def _record(rules: Rules, records: dict, seat: int, states, deal, done, decision
     }
 
 
-def _run(rules, spec, agent, opponent, num_deals, half, params, seed):
+def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal):
     global _TRACES
     _TRACES += 1
     h = rules.hand_size
+    # lanes count deals 0..D-1 of this call; the deal they play is first_deal + that
     decks = jax.vmap(engine.deal_order, in_axes=(None, None, 0, None))(
-        rules, seed, jnp.arange(num_deals, dtype=jnp.int32), 0
+        rules, seed, first_deal + jnp.arange(num_deals, dtype=jnp.int32), 0
     ).astype(jnp.int8)  # [D, N]
     idle = engine.init_from_deck(rules, decks[0]).replace(terminal=jnp.bool_(True))
     lanes = _Lanes(
@@ -274,15 +275,15 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed):
         mine, theirs = row(lanes.states, 0), row(lanes.states, 1)
         if agent.kind == "bot":
             mine_actions = _bot_actions(
-                rules, agent.bot, mine, seed, lanes.deal[0], lanes.decision[0]
+                rules, agent.bot, mine, seed, first_deal + lanes.deal[0], lanes.decision[0]
             )
         else:
-            ids = 2 * lanes.deal[0] + p
+            ids = 2 * (first_deal + lanes.deal[0]) + p
             mine_actions = _network_actions(
                 rules, spec, agent, params, p, mine, seed, ids, lanes.decision[0]
             )
         their_actions = _bot_actions(
-            rules, opponent, theirs, seed, lanes.deal[1], lanes.decision[1]
+            rules, opponent, theirs, seed, first_deal + lanes.deal[1], lanes.decision[1]
         )
         kind = jnp.where(
             mine_actions < h,
@@ -414,6 +415,7 @@ def play(
     games: int,
     seed: int = 0,
     lanes: int | None = None,
+    first_deal: int = 0,
 ) -> PlayResult:
     """Plays `games` mirrored games of `agent` against the bot `opponent`.
 
@@ -427,6 +429,9 @@ def play(
       games: even number of games (games / 2 deals, each played in both seats).
       seed: the evaluation seed (deals and sampled actions).
       lanes: games in flight at once (even; DEFAULT_LANES when None, capped at `games`).
+      first_deal: the deals played are first_deal .. first_deal + games/2 - 1 (the records
+        count them from 0); a block of deals, so that views made of several networks can
+        give each one its own deals with one compiled loop.
 
     Returns:
       PlayResult with per-game records (numpy) and timings.
@@ -447,11 +452,11 @@ def play(
     if compiled is None:
         start = time.perf_counter()
         fn = functools.partial(_run, rules, spec, agent, opponent, deals, half)
-        compiled = jax.jit(fn).lower(params, seed_word).compile()
+        compiled = jax.jit(fn).lower(params, seed_word, jnp.int32(0)).compile()
         _COMPILED[key] = compiled
         compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    records, steps, rows = compiled(params, seed_word)
+    records, steps, rows = compiled(params, seed_word, jnp.int32(first_deal))
     records = jax.device_get(records)
     run_seconds = time.perf_counter() - start
     out = {name: np.asarray(records[name]) for name in GameRecords._fields}

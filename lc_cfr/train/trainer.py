@@ -23,7 +23,7 @@ import ml_collections
 import numpy as np
 
 from lc_cfr.bots import BOT_NAMES
-from lc_cfr.eval import evaluate
+from lc_cfr.eval import POLICY_VIEWS, SD_CFR, Snapshots, evaluate
 from lc_cfr.game.rules import Rules
 from lc_cfr.learn import Learner, make_optimizer
 from lc_cfr.learn.learner import check_weighting
@@ -60,6 +60,7 @@ ADDED_FIELDS = {
     "memory.value_capacity": 200_000,
     "evaluation.exploitability_every": 0,
     "network.head": "slot",
+    "sd_cfr.snapshots": 0,
 }
 
 
@@ -68,7 +69,9 @@ def read_run_config(path: pathlib.Path) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict(json.loads(pathlib.Path(path).read_text()))
     for dotted, value in ADDED_FIELDS.items():
         block, field = dotted.split(".")
-        if block in config and field not in config[block]:
+        if block not in config:
+            config[block] = ml_collections.ConfigDict()
+        if field not in config[block]:
             config[block][field] = value
     return config
 
@@ -89,6 +92,11 @@ class TrainState(NamedTuple):
     value_params: Any = None
     value_opt: Any = None
     value_memory: Any = None  # a sliding window (reservoir.window_add)
+    # SD-CFR snapshots of the advantage networks (sd_cfr.snapshots > 0, else None):
+    # (player 0's, player 1's) params with leaves [K, ...], the first sd_count valid
+    sd_advantage: Any = None
+    sd_count: int = 0
+    sd_weight: float = 0.0  # total weight of the iterations offered (Chao's sampler)
 
 
 def rules_from_config(config) -> Rules:
@@ -228,12 +236,26 @@ def _evaluation_plan(config) -> dict:
             e.extended_opponents, "evaluation.extended_opponents", BOT_NAMES
         ),
         "extended_games": e.extended_games,
-        "views": _names(e.views, "evaluation.views", ("average_strategy", "current")),
+        "views": _names(e.views, "evaluation.views", POLICY_VIEWS),
         "mode": e.mode,
         "seed": e.seed,
         "lanes": e.lanes or None,
         "exploitability_every": e.exploitability_every,
     }
+
+
+def chao_slot(count: int, k: int, weight: float, total: float, draw: float, pick: int):
+    """The slot an offered item takes in Chao's weighted reservoir of size k, or None.
+
+    Args:
+      count: items held (< k: the item takes the next free slot).
+      k: capacity.
+      weight: the item's weight; total: the total weight offered, this item included.
+      draw: uniform in [0, 1); pick: uniform in [0, k), the slot it would replace.
+    """
+    if count < k:
+        return count
+    return pick if draw < min(1.0, k * weight / total) else None
 
 
 def _exploitability_evaluator(config, rules: Rules, spec: mlp.NetworkSpec):
@@ -332,6 +354,10 @@ class Trainer:
             )
             self._window_add = jax.jit(reservoir.window_add, donate_argnums=0)
         self.evaluation = _evaluation_plan(config)
+        if config.sd_cfr.snapshots < 0:
+            raise ValueError(f"sd_cfr.snapshots must be >= 0, got {config.sd_cfr.snapshots}")
+        if SD_CFR in self.evaluation["views"] and not config.sd_cfr.snapshots:
+            raise ValueError("evaluation.views names sd_cfr but sd_cfr.snapshots is 0")
         self.exploitability = None
         if self.evaluation["exploitability_every"]:
             self.exploitability = _exploitability_evaluator(config, self.rules, self.spec)
@@ -369,7 +395,42 @@ class Trainer:
             league=league,
             league_added=1,
             **self._initial_value_state(),
+            **self._initial_snapshots(adv[0][0], adv[1][0]),
         )
+
+    def _initial_snapshots(self, params0, params1) -> dict:
+        k = self.config.sd_cfr.snapshots
+        if not k:
+            return {}
+        stack = lambda p: jax.tree.map(lambda x: jnp.zeros((k,) + x.shape, x.dtype), p)  # noqa: E731
+        return dict(sd_advantage=(stack(params0), stack(params1)), sd_count=0, sd_weight=0.0)
+
+    def _snapshot(self, state: TrainState, t: int, params: tuple) -> dict:
+        """Offers iteration t's advantage networks to the SD-CFR snapshots.
+
+        Chao's weighted reservoir sampler (1982): once the K slots are full, iteration t
+        enters with probability min(1, K w_t / W_t), W_t the total weight so far, and
+        replaces a uniformly chosen snapshot. An iteration s is then kept with
+        probability K w_s / W_t (exactly, for the iterations after the first K; the
+        first K are over-represented while they are few against W_t), so drawing a
+        kept snapshot uniformly draws iteration s with probability proportional to
+        its weight w_s (t for lcfr, 1 for uniform weighting).
+        """
+        if state.sd_advantage is None:
+            return {}
+        k = self.config.sd_cfr.snapshots
+        weight = float(t) if self.config.training_weighting.mode == "lcfr" else 1.0
+        total = state.sd_weight + weight
+        draw = float(jax.random.uniform(self.key(t, 4, 0)))
+        pick = int(jax.random.randint(self.key(t, 4, 1), (), 0, k))
+        slot = chao_slot(state.sd_count, k, weight, total, draw, pick)
+        stacks = state.sd_advantage
+        if slot is not None:
+            stacks = tuple(
+                jax.tree.map(lambda s, x: s.at[slot].set(x), stack, p)
+                for stack, p in zip(stacks, params, strict=True)
+            )
+        return dict(sd_advantage=stacks, sd_count=min(state.sd_count + 1, k), sd_weight=total)
 
     def _initial_value_state(self) -> dict:
         if self.value_learner is None:
@@ -542,6 +603,7 @@ class Trainer:
             value_opt=value_opt,
             value_memory=value_memory,
         )
+        new_state = new_state._replace(**self._snapshot(state, t, tuple(adv_params)))
         start = time.perf_counter()
         row.update(self.evaluate(new_state))
         row["evaluation_seconds"] = time.perf_counter() - start
@@ -553,7 +615,7 @@ class Trainer:
         every = self.evaluation["exploitability_every"]
         if every and state.iteration % every == 0:
             views = {"average_strategy": state.strategy_params, "current": state.advantage_params}
-            chosen = {v: views[v] for v in self.evaluation["views"]}
+            chosen = {v: views[v] for v in self.evaluation["views"] if v in views}
             figures = self.exploitability(
                 strategy_params=chosen.get("average_strategy"),
                 advantage_params=chosen.get("current"),
@@ -574,6 +636,8 @@ class Trainer:
         else:
             return {}
         views = {"average_strategy": state.strategy_params, "current": state.advantage_params}
+        if state.sd_advantage is not None:
+            views[SD_CFR] = Snapshots(state.sd_advantage, state.sd_count)
         return evaluate(
             self.rules,
             self.spec,
@@ -599,6 +663,8 @@ class Trainer:
         }
         if state.value_params is not None:
             trees.update(value_params=state.value_params, value_opt=state.value_opt)
+        if state.sd_advantage is not None:
+            trees["sd_advantage"] = state.sd_advantage
         for name, tree in trees.items():
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
                 arrays[name + jax.tree_util.keystr(path)] = np.asarray(leaf)
@@ -652,10 +718,21 @@ class Trainer:
                 if template.value_params is not None
                 else {}
             ),
+            **(
+                dict(
+                    sd_advantage=restore("sd_advantage", template.sd_advantage),
+                    sd_count=meta["sd_count"],
+                    sd_weight=meta["sd_weight"],
+                )
+                if template.sd_advantage is not None
+                else {}
+            ),
         )
 
     def save(self, state: TrainState, row: dict | None) -> None:
         meta = {"league_added": state.league_added, "metrics": row, "seed": self.config.seed}
+        if state.sd_advantage is not None:
+            meta.update(sd_count=state.sd_count, sd_weight=state.sd_weight)
         checkpoint.save(self.workdir / "checkpoints", state.iteration, self._arrays(state), meta)
         checkpoint.prune(self.workdir / "checkpoints", self.config.checkpoint.save_every)
 
@@ -682,6 +759,23 @@ class Trainer:
             advantage = read_tree(arrays, "advantage_params", (template, template))
             strategy = read_tree(arrays, "strategy_params", template)
         return meta["iteration"], advantage, strategy
+
+    def load_snapshots(self, iteration: int | None = None) -> Snapshots | None:
+        """The SD-CFR snapshots of a checkpoint (the `sd_cfr` view), None if not kept."""
+        if not self.config.sd_cfr.snapshots:
+            return None
+        path = checkpoint.find(self.workdir / "checkpoints", iteration)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint in {self.workdir / 'checkpoints'} yet")
+        template = jax.eval_shape(lambda: self._initial_snapshots(*self._templates()))
+        meta = json.loads((path / "meta.json").read_text())
+        with np.load(path / "arrays.npz") as arrays:
+            stacks = read_tree(arrays, "sd_advantage", template["sd_advantage"])
+        return Snapshots(stacks, meta["sd_count"])
+
+    def _templates(self):
+        params = jax.eval_shape(lambda: mlp.init_params(self.spec, jax.random.PRNGKey(0)))
+        return params, params
 
     def _check_resumable(self) -> None:
         saved_path = self.workdir / "config.json"
