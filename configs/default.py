@@ -96,6 +96,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # Output head: slot (one output per action) | card (play / discard outputs per card id,
     # read through the hand into the slot actions; lc_cfr.nets.mlp)
     config.network.head = "slot"
+    # Read the encoding's own_known block (own cards the opponent saw us take from a pile);
+    # False drops it before the first layer (networks trained before it existed).
+    config.network.own_known_input = True
 
     config.optimization = ml_collections.ConfigDict()
     config.optimization.learning_rate = 1e-3  # AdamW, all three networks

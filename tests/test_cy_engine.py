@@ -170,7 +170,8 @@ def ref_encoding(rules, st, p):
         if pile:
             out[4 * n + pile[-1]] = 1
     out[5 * n : 6 * n] = st["known_cards"][o]
-    b = 7 * n
+    out[7 * n : 8 * n] = st["known_cards"][p]
+    b = 8 * n
     out[b] = (n - st["deck_pos"]) * rules.deck_scale
     out[b + 1 + st["phase"]] = 1
     if st["forbidden_pile"] >= 0:
@@ -407,9 +408,12 @@ def test_forbidden_pile_this_turn_but_not_next():
     assert st["known_cards"][0, 3] and st["known_cards"].sum() == 1
     assert list(st["hands"][0]) == [1, 2, 3]
     assert st["deck_pos"] == 8  # the pile draw left the deck alone
-    # Player 1 sees card 3 as known in p0's hand; playing it clears the flag.
+    # Player 1 sees card 3 as known in p0's hand, and p0 sees that it was shown; playing it
+    # clears the flag.
     enc = game.encode_array(1)
     assert enc[5 * SMALL.n_cards + 3] == 1.0
+    shown = game.encode_array(0)[7 * SMALL.n_cards : 8 * SMALL.n_cards]  # own_known of p0
+    assert np.flatnonzero(shown).tolist() == [3]
     play(game, [DISCARD[0], DECK])  # p1
     game.apply(PLAY[2])  # p0 plays card 3 (rank 2)
     assert not game.state_dict()["known_cards"][0, 3]
@@ -540,9 +544,9 @@ def test_empty_expedition_scores_zero():
 
 
 def test_encoding_offsets_hand_built_position():
-    rules = SMALL  # N = 10, C = 2, size 7N + 7C + 5 = 89; deck scale 1/4, turn scale 1/32
+    rules = SMALL  # N = 10, C = 2, size 8N + 7C + 5 = 99; deck scale 1/4, turn scale 1/32
     n, c_count = 10, 2
-    assert rules.encoding_size == 89
+    assert rules.encoding_size == 99
     game = small_game([0, 1, 4], [5, 6, 7], [2, 3, 8, 9])
     play(game, [PLAY[0], DECK])  # p0 wager 0; draws 2 -> [1, 2, 4]
     play(game, [DISCARD[0], DECK])  # p1 discards 5 to pile 1; draws 3 -> [3, 6, 7]
@@ -553,7 +557,7 @@ def test_encoding_offsets_hand_built_position():
     # p1: hand [3, 5, 7], expedition {6} in colour 1, known {5}. Pile 1 = [8].
     assert game.scores() == (-36, -18)
     enc = game.encode_array(0)
-    assert enc.dtype == np.float32 and enc.shape == (89,)
+    assert enc.dtype == np.float32 and enc.shape == (99,)
     hot = {
         "hand": [2, 4],
         "own_expedition": [0, 1],
@@ -562,12 +566,13 @@ def test_encoding_offsets_hand_built_position():
         "discard_tops": [8],
         "opp_known": [5],
         "playable": [2, 4],  # rank 1 and rank 3 over top 0
+        "own_known": [],  # p0 drew from the deck only
     }
     for block, (name, cards) in enumerate(hot.items()):
         expected = np.zeros(n, dtype=np.float32)
         expected[cards] = 1
         np.testing.assert_array_equal(enc[block * n : (block + 1) * n], expected, err_msg=name)
-    b = 7 * n
+    b = 8 * n
     assert enc[b] == (10 - 9) / 4  # deck_remaining: three deck draws
     assert list(enc[b + 1 : b + 3]) == [0, 1]  # DRAW phase
     assert list(enc[b + 3 : b + 5]) == [0, 1]  # forbidden pile 1
@@ -585,13 +590,14 @@ def test_encoding_offsets_hand_built_position():
     assert np.flatnonzero(enc1[n : 2 * n]).tolist() == [6]
     assert np.flatnonzero(enc1[5 * n : 6 * n]).tolist() == []  # p0 holds no known card
     assert np.flatnonzero(enc1[6 * n : 7 * n]).tolist() == [3, 7]  # wager 5 after number
+    assert np.flatnonzero(enc1[7 * n : 8 * n]).tolist() == [5]  # p0 saw p1 take 5 back
     assert enc1[b + 3 + 7 * c_count] == 18 / 256
     # encode() writes the same into a caller's buffer.
-    buf = np.full(89, 7.0, dtype=np.float32)
+    buf = np.full(99, 7.0, dtype=np.float32)
     game.encode(0, buf)
     np.testing.assert_array_equal(buf, enc)
     with pytest.raises(ValueError, match="length"):
-        game.encode(0, np.zeros(88, dtype=np.float32))
+        game.encode(0, np.zeros(98, dtype=np.float32))
     with pytest.raises(ValueError, match="player"):
         game.encode_array(2)
 
@@ -615,7 +621,7 @@ def test_properties():
     rules = Rules()
     game = cy.CyGame(rules)
     assert game.num_actions == rules.num_actions == 22
-    assert game.encoding_size == rules.encoding_size == 460
+    assert game.encoding_size == rules.encoding_size == 520
     game.deal(1, 1)
     assert (game.current_player, game.phase, game.turn) == (0, 0, 0)
     assert game.terminal is False and game.truncated is False

@@ -73,7 +73,8 @@ def _replay_on_cython(rules, seed, game, actions):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_random_games_identical_at_every_decision(variant):
     rules, n_games, batch = VARIANTS[variant]
-    decisions = 0
+    n = rules.n_cards
+    decisions = shown = 0
     for first in range(0, n_games, batch):
         games = jnp.arange(first, first + batch, dtype=jnp.int32)
         trajectory = jax.device_get(record_random_games(rules, SEED, 0, games))
@@ -90,6 +91,11 @@ def test_random_games_identical_at_every_decision(variant):
             np.testing.assert_array_equal(cy_masks, trajectory.masks[:length, b])
             assert cy_obs.dtype == np.float32
             np.testing.assert_array_equal(cy_obs, trajectory.observations[:length, b])
+            # the own_known block is each player's own known_cards, the mirror of opp_known
+            own_known = cy_obs[:, :, 7 * n : 8 * n]
+            np.testing.assert_array_equal(own_known, cy_states["known_cards"])
+            np.testing.assert_array_equal(own_known, cy_obs[:, ::-1, 5 * n : 6 * n])
+            shown += int(own_known.sum())
             final_dict = final.state_dict()
             for name in STATE_FIELDS:
                 np.testing.assert_array_equal(
@@ -101,6 +107,49 @@ def test_random_games_identical_at_every_decision(variant):
             )
             decisions += length
     assert decisions > n_games  # every game took decisions
+    assert shown > 0  # random play draws from piles, so the block was exercised
+
+
+# Colour 0 holds cards 0 (wager) and 1..4, colour 1 holds 5 (wager) and 6..9; H = 3.
+SMALL = Rules(n_colors=2, n_ranks=4, n_wagers=1, hand_size=3, max_turns=20)
+PLAY, DISCARD, DECK, PILE = (0, 1, 2), (3, 4, 5), 6, (7, 8)
+
+
+def test_own_known_block_hand_built_game():
+    """own_known holds exactly the cards a player took from a pile and still holds."""
+    rules, n = SMALL, SMALL.n_cards
+    deck = [0, 1, 4, 5, 6, 7, 2, 3, 8, 9]  # p0 [0, 1, 4], p1 [5, 6, 7], then 2, 3, 8, 9
+    # (action, p0's own_known, p1's own_known after it)
+    script = [
+        (DISCARD[1], [], []),  # p0 discards 1 to pile 0
+        (DECK, [], []),  # p0 draws 2 from the deck: never known -> [0, 2, 4]
+        (DISCARD[0], [], []),  # p1 discards 5 to pile 1
+        (PILE[0], [], [1]),  # p1 takes 1 from pile 0 in view of p0 -> [1, 6, 7]
+        (DISCARD[2], [], [1]),  # p0 discards 4 to pile 0
+        (PILE[1], [5], [1]),  # p0 takes 5 -> [0, 2, 5]
+        (PLAY[0], [5], []),  # p1 plays the known 1: no longer held
+        (DECK, [5], []),  # p1 draws 3 -> [3, 6, 7]
+        (DISCARD[2], [], []),  # p0 discards the known 5 back to pile 1
+        (PILE[0], [4], []),  # p0 takes its own discard 4 back -> [0, 2, 4]
+        (DISCARD[0], [4], []),  # p1 discards 3 to pile 0
+        (PILE[1], [4], [5]),  # p1 takes 5 -> [5, 6, 7]
+    ]
+    game = cy_engine.CyGame(rules)
+    game.deal_from_order(np.array(deck))
+    state = engine.init_from_deck(rules, jnp.array(deck))
+    observe = jax.jit(engine.observe, static_argnums=0)
+    for action, *expected in script:
+        game.apply(action)
+        state = engine.step(rules, state, action)
+        assert not game.terminal
+        for p in (0, 1):
+            enc = game.encode_array(p)
+            np.testing.assert_array_equal(np.asarray(observe(rules, state, p)), enc)
+            assert np.flatnonzero(enc[7 * n : 8 * n]).tolist() == expected[p], (action, p)
+            # the opponent's opp_known block shows the same cards
+            opp = game.encode_array(1 - p)
+            assert np.flatnonzero(opp[5 * n : 6 * n]).tolist() == expected[p], (action, p)
+    np.testing.assert_array_equal(game.state_dict()["hands"], [[0, 2, 4], [5, 6, 7]])
 
 
 @pytest.mark.parametrize("variant", ["default", "one_color", "six_colors"])

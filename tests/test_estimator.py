@@ -37,12 +37,16 @@ from lc_cfr.traversal import lockstep
 from lc_cfr.traversal import policy as pol
 
 RULES = Rules(n_colors=1, n_ranks=7, min_rank=2, n_wagers=0, hand_size=2, max_turns=6)
+# Blind to the own_known block: layer_0 then reads the 7-block encoding that NETWORK_KEY,
+# OUTPUT_GAIN and FIRST_TURN_SHIFT were chosen on, so the root policy still mixes.
 SPEC = mlp.NetworkSpec(
     input_size=RULES.encoding_size,
     num_actions=RULES.num_actions,
     hidden_size=16,
     num_layers=1,
     activation="relu",
+    n_cards=RULES.n_cards,
+    own_known_input=False,
 )
 VALUE_SPEC = lockstep.value_spec(RULES, SPEC)
 SEED, ITERATION, TRAVERSER = 7, 2, 0
@@ -66,7 +70,7 @@ def _fixed_networks() -> lockstep.Networks:
     FIRST_TURN_SHIFT to every action: the root advantages are positive, so regret matching
     mixes over all root actions, while later nodes keep the network's sharp preferences.
     """
-    turn = RULES.encoding_size - 1  # the encoding's last entry is turn * turn_scale
+    turn = SPEC.first_layer_inputs - 1  # the last input is the encoding's turn * turn_scale
     advantage = []
     for key in jax.random.split(jax.random.PRNGKey(NETWORK_KEY), 2):
         params = mlp.init_params(SPEC, key)

@@ -1,5 +1,7 @@
 """The MLP: shapes, masked heads, the canonical (torch) layout, and config errors."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -162,3 +164,116 @@ def test_card_head_reads_each_slot_from_its_card():
         mlp.NetworkSpec(12, 5, 8, 1, head="cards")
     with pytest.raises(ValueError, match="network.head='card'"):
         mlp.NetworkSpec(12, 5, 8, 1, head="card")
+
+
+# ---------------------------------------------------------------- own_known_input
+OWN_RULES_N, OWN_RULES_H = 10, 3  # Rules(n_colors=2, n_ranks=4, n_wagers=1, hand_size=3)
+
+
+def _own_known_specs(head="slot", activation="tanh"):
+    """(spec reading own_known, spec dropping it) over that variant's encoding."""
+    from lc_cfr.game.rules import Rules
+
+    rules = Rules(n_colors=2, n_ranks=4, n_wagers=1, hand_size=3)
+    assert (rules.n_cards, rules.hand_size) == (OWN_RULES_N, OWN_RULES_H)
+    on = mlp.NetworkSpec(
+        rules.encoding_size,
+        rules.num_actions,
+        16,
+        2,
+        activation,
+        head=head,
+        n_cards=rules.n_cards,
+        hand_size=rules.hand_size,
+    )
+    return on, dataclasses.replace(on, own_known_input=False)
+
+
+def _encodings(spec, rows=32, seed=0):
+    """Random 0/1 card bits with the hand block holding H cards, and small scalars."""
+    rng = np.random.default_rng(seed)
+    x = (rng.random((rows, spec.input_size)) < 0.3).astype(np.float32)
+    x[:, : spec.n_cards] = 0
+    for row in range(rows):
+        x[row, rng.choice(spec.n_cards, OWN_RULES_H, replace=False)] = 1
+    x[:, 8 * spec.n_cards :] = rng.integers(-8, 9, x[:, 8 * spec.n_cards :].shape) / 16
+    return x
+
+
+def test_own_known_input_false_shrinks_the_first_layer():
+    on, off = _own_known_specs()
+    n = OWN_RULES_N
+    assert off.input_size == on.input_size == 8 * n + 7 * 2 + 5
+    assert mlp.OWN_KNOWN_BLOCK == 7 and off.own_known_columns == (7 * n, 8 * n)
+    assert on.first_layer_inputs == on.input_size
+    assert off.first_layer_inputs == off.input_size - n
+    assert off.layer_sizes()[0] == ("layer_0", off.input_size - n, 16)
+    assert off.layer_sizes()[1:] == on.layer_sizes()[1:]
+    params = mlp.init_params(off, jax.random.key(0))
+    chex.assert_shape(params["layer_0"]["kernel"], (off.input_size - n, 16))
+    assert mlp.layout_shapes(off)["layer_0.weight"] == (16, off.input_size - n)
+    assert {k: v.shape for k, v in mlp.to_layout(off, params).items()} == mlp.layout_shapes(off)
+    # the full-width encoding goes in either way
+    out = jax.jit(mlp.apply, static_argnums=0)(off, params, _encodings(off))
+    chex.assert_shape(out, (32, off.num_actions))
+    assert hash(off) != hash(on) and off != on
+
+
+@pytest.mark.parametrize("head", ["slot", "card"])
+def test_own_known_input_false_equals_zero_kernel_rows(head):
+    on, off = _own_known_specs(head)
+    start, stop = off.own_known_columns
+    params = mlp.init_params(off, jax.random.key(4))
+    kernel = np.asarray(params["layer_0"]["kernel"])
+    padded = np.insert(kernel, [start] * (stop - start), 0.0, axis=0)  # zero rows at 7N..8N
+    assert padded.shape == (on.input_size, 16)
+    np.testing.assert_array_equal(np.delete(padded, np.s_[start:stop], axis=0), kernel)
+    wide = {**params, "layer_0": {**params["layer_0"], "kernel": jnp.asarray(padded)}}
+    x = _encodings(off, seed=1)
+    x[:, start:stop] = 1.0  # a live block, so reading it would change the outputs
+    expected = mlp.apply(on, wide, x)
+    actual = mlp.apply(off, params, x)
+    # the two sum the same products in a different order: equal to float32 rounding
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+    # the dropped columns are never read: any values there give the very same outputs
+    blank = x.copy()
+    blank[:, start:stop] = 0.0
+    np.testing.assert_array_equal(mlp.apply(off, params, blank), actual)
+    # whereas a network that reads the block sees the difference
+    on_params = mlp.init_params(on, jax.random.key(4))
+    assert not np.allclose(mlp.apply(on, on_params, blank), mlp.apply(on, on_params, x))
+
+
+def test_own_known_input_false_loads_parameters_of_the_older_encoding():
+    on, off = _own_known_specs("slot", "relu")
+    start, stop = off.own_known_columns
+    old = mlp.NetworkSpec(on.input_size - OWN_RULES_N, on.num_actions, 16, 2, "relu")
+    old_params = mlp.init_params(old, jax.random.key(9))
+    params = mlp.from_layout(off, mlp.to_layout(old, old_params))  # the same shapes
+    x = _encodings(off, seed=2)
+    old_x = np.delete(x, np.s_[start:stop], axis=1)  # the 7-block encoding of the same states
+    np.testing.assert_allclose(
+        mlp.apply(off, params, x), mlp.apply(old, old_params, old_x), rtol=1e-6, atol=1e-6
+    )
+    with pytest.raises(ValueError, match="layer_0.weight"):
+        mlp.from_layout(on, mlp.to_layout(old, old_params))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # n_cards missing
+        {"n_cards": 0},
+        {"n_cards": -3},
+        {"n_cards": 3},  # block 7 would end at 24 > input_size 20
+    ],
+)
+def test_own_known_input_false_needs_n_cards(overrides):
+    kwargs = dict(input_size=20, num_actions=2, hidden_size=8, num_layers=1)
+    with pytest.raises(ValueError, match="network.own_known_input"):
+        mlp.NetworkSpec(**kwargs, own_known_input=False, **overrides)
+    mlp.NetworkSpec(**kwargs, **overrides)  # the default reads the block: N not needed
+    with pytest.raises(ValueError, match="network.own_known_input"):
+        mlp.NetworkSpec(**kwargs, own_known_input=0)
+    spec = mlp.NetworkSpec(**kwargs, n_cards=2, own_known_input=False)
+    assert spec.layer_sizes()[0] == ("layer_0", 18, 8) and spec.own_known_columns == (14, 16)

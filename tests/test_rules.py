@@ -9,7 +9,7 @@ def test_defaults_are_the_classic_game():
     rules = Rules()
     assert rules.n_cards == 60 and rules.cards_per_color == 12
     assert rules.num_actions == 22
-    assert rules.encoding_size == 7 * 60 + 7 * 5 + 5
+    assert rules.encoding_size == 8 * 60 + 7 * 5 + 5 == 520
     assert rules.card_value(rules.n_wagers) == 2 and rules.card_value(11) == 10
     assert rules.card_is_wager(0) and rules.card_color(12) == 1
     assert rules.deck_scale == 1 / 64 and rules.turn_scale == 1 / 128

@@ -64,6 +64,38 @@ def test_forward_matches_flax(activation):
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_forward_matches_flax_without_own_known(activation):
+    """own_known_input=False: both drop the same N columns before layer_0."""
+    n = 3
+    spec = mlp.NetworkSpec(
+        input_size=8 * n + 5,
+        num_actions=A,
+        hidden_size=16,
+        num_layers=2,
+        activation=activation,
+        n_cards=n,
+        own_known_input=False,
+    )
+    params = _flax_params(spec, seed=2)
+    model = tn.from_layout(spec, mlp.to_layout(spec, params))
+    assert model.layer_0.weight.shape == (16, spec.input_size - n)
+    assert list(tn.to_layout(model)) == list(mlp.layout_shapes(spec))
+    x = np.random.default_rng(3).normal(size=(32, spec.input_size)).astype(np.float32)
+    expected = np.asarray(mlp.apply(spec, params, x))
+    with torch.no_grad():
+        actual = model(torch.from_numpy(x)).numpy()
+        # the own_known columns (7N..8N) are not read: changing them changes nothing
+        start, stop = spec.own_known_columns
+        assert (start, stop) == (7 * n, 8 * n)
+        moved = x.copy()
+        moved[:, start:stop] += 5.0
+        assert torch.equal(model(torch.from_numpy(moved)), torch.from_numpy(actual))
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    fresh = tn.TorchMLP(spec, generator=torch.Generator().manual_seed(0))
+    assert fresh.layer_0.in_features == spec.input_size - n
+
+
 def test_state_dict_keys_are_the_canonical_layout():
     spec = _spec(num_layers=3)
     model = tn.TorchMLP(spec)

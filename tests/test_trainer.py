@@ -301,3 +301,34 @@ def test_sd_cfr_view_is_evaluated_and_resumes_exactly(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match="sd_cfr.snapshots"):
         Trainer(smoke_config(**{"evaluation.views": "sd_cfr"}), tmp_path / "x")
+
+
+def test_runs_saved_before_the_own_known_block_resume(tmp_path):
+    """A run whose config and memories predate the encoding's own_known block resumes."""
+    overrides = {"network.own_known_input": False}
+    Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path).run()
+    # turn the run into one written before the block existed
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["network"]["own_known_input"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    path = checkpoint.latest(tmp_path / "checkpoints")
+    with np.load(path / "arrays.npz") as stored:
+        arrays = dict(stored)
+    n = Trainer(smoke_config(), tmp_path / "probe").rules.n_cards
+    old = {}
+    for key, value in arrays.items():
+        if key.endswith("/info"):
+            old[key] = value
+            arrays[key] = np.concatenate([value[:, : 7 * n], value[:, 8 * n :]], axis=1)
+    np.savez(path / "arrays.npz", **arrays)
+    with pytest.raises(ValueError, match="network.own_known_input"):
+        Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path).run()
+    state = Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path).restore()[0]
+    before = old["advantage_memory_0/info"]
+    restored = np.asarray(state.advantage_memory[0].info[: len(before)])
+    assert not restored[:, 7 * n : 8 * n].any()  # the block's columns are zeros
+    np.testing.assert_array_equal(
+        np.delete(restored, np.s_[7 * n : 8 * n], 1), np.delete(before, np.s_[7 * n : 8 * n], 1)
+    )
+    state = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path).run()
+    assert state.iteration == 3

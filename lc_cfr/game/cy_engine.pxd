@@ -69,7 +69,7 @@ ctypedef struct LCRules:
     int32_t num_actions
     int32_t draw_deck_action         # 2H
     int32_t first_pile_action        # 2H + 1
-    int32_t encoding_size            # 7N + 7C + 5
+    int32_t encoding_size            # 8N + 7C + 5
     float deck_scale
     float turn_scale
     # Per-card tables, indexed by card id < n_cards.

@@ -89,7 +89,7 @@ cdef int lc_rules_from_py(LCRules* r, object rules) except -1:
             "beyond int32"
         )
     num_actions = 2 * hand_size + 1 + n_colors
-    encoding_size = 7 * n_cards + 7 * n_colors + 5
+    encoding_size = 8 * n_cards + 7 * n_colors + 5
 
     memset(r, 0, sizeof(LCRules))
     r.n_colors = n_colors
@@ -442,6 +442,7 @@ cdef void lc_encode(const LCRules* r, const LCState* s, int player, float* out) 
     cdef const uint8_t* own_exp = s.expedition_cards[p]
     cdef const uint8_t* opp_exp = s.expedition_cards[o]
     cdef const uint8_t* opp_known = s.known_cards[o]
+    cdef const uint8_t* own_known = s.known_cards[p]
     cdef const uint8_t* in_discards = &s.in_discards[0]
     cdef float* out_own = out + N
     cdef float* out_opp = out + 2 * N
@@ -449,7 +450,8 @@ cdef void lc_encode(const LCRules* r, const LCState* s, int player, float* out) 
     cdef float* out_tops = out + 4 * N
     cdef float* out_known = out + 5 * N
     cdef float* out_playable = out + 6 * N
-    cdef float* tail = out + 7 * N
+    cdef float* out_own_known = out + 7 * N
+    cdef float* tail = out + 8 * N
 
     # hand and playable (zero first, the hand sets a few entries).
     memset(out, 0, N * sizeof(float))
@@ -460,13 +462,15 @@ cdef void lc_encode(const LCRules* r, const LCState* s, int player, float* out) 
         if x < N:
             out[x] = 1.0
             out_playable[x] = <float>_can_play(r, s, p, x)
-    # expeditions and the opponent's known cards: straight loops over cards.
+    # expeditions and the known cards of both players: straight loops over cards.
     for x in range(N):
         out_own[x] = <float>own_exp[x]
     for x in range(N):
         out_opp[x] = <float>opp_exp[x]
     for x in range(N):
         out_known[x] = <float>opp_known[x]
+    for x in range(N):
+        out_own_known[x] = <float>own_known[x]
     for x in range(N):
         out_discards[x] = <float>in_discards[x]
     # tops of the discard piles.

@@ -303,12 +303,12 @@ def _mine_theirs(x: jax.Array, player) -> tuple[jax.Array, jax.Array]:
 
 
 def observe(rules: Rules, state: State, player) -> jax.Array:
-    """The information-state encoding of `player`, [7N + 7C + 5] float32 (docs/game.md)."""
+    """The information-state encoding of `player`, [8N + 7C + 5] float32 (docs/game.md)."""
     n, c, k = rules.n_cards, rules.n_colors, rules.cards_per_color
     player = jnp.asarray(player, jnp.int32)
     my_hand, _ = _mine_theirs(state.hands, player)
     my_cards, their_cards = _mine_theirs(state.expedition_cards, player)
-    _, their_known = _mine_theirs(state.known_cards, player)
+    my_known, their_known = _mine_theirs(state.known_cards, player)
     hand = jnp.any(my_hand[:, None] == jnp.arange(n, dtype=jnp.int8)[None, :], axis=0)
     pile_cards = (jnp.arange(c) * k)[:, None] + jnp.arange(k)[None, :]  # [C, K]
     in_pile = jnp.any(state.discards[:, :, None] == pile_cards[:, None, :], axis=1)  # [C, K]
@@ -317,8 +317,17 @@ def observe(rules: Rules, state: State, player) -> jax.Array:
     tops = (state.pile_sizes > 0)[:, None] & (pile_cards == top_card)
     playable = hand & _playable_cards(rules, state, player)
     card_block = jnp.stack(
-        [hand, my_cards, their_cards, in_pile.reshape(n), tops.reshape(n), their_known, playable]
-    ).reshape(7 * n)
+        [
+            hand,
+            my_cards,
+            their_cards,
+            in_pile.reshape(n),
+            tops.reshape(n),
+            their_known,
+            playable,
+            my_known,
+        ]
+    ).reshape(8 * n)
 
     f32 = jnp.float32
     my_wagers, their_wagers = _mine_theirs(state.expedition_wagers, player)

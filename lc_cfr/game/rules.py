@@ -19,6 +19,19 @@ COUNT_SCALE = 1.0 / 16.0
 SCORE_SCALE = 1.0 / 128.0
 DIFF_SCALE = 1.0 / 256.0
 
+# The card blocks that open the encoding, N values each, in order (docs/game.md). The
+# networks locate a block by its index here, e.g. to leave `own_known` out of their input.
+CARD_BLOCKS = (
+    "hand",
+    "own_expedition",
+    "opp_expedition",
+    "discards",
+    "discard_tops",
+    "opp_known",
+    "playable",
+    "own_known",
+)
+
 
 def _pow2_scale(maximum: int) -> float:
     """Returns 2^-ceil(log2(maximum)), so that values up to `maximum` map into (0, 1]."""
@@ -88,7 +101,8 @@ class Rules:
 
     @property
     def encoding_size(self) -> int:
-        return 7 * self.n_cards + 7 * self.n_colors + 5
+        """Length of `observe`: the 8 card blocks, 7 per-colour blocks and 5 scalars."""
+        return 8 * self.n_cards + 7 * self.n_colors + 5
 
     @property
     def deck_scale(self) -> float:

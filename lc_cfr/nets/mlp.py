@@ -9,6 +9,10 @@ are read: `masked_advantages` (regret estimates, illegal actions 0) and `masked_
 a torch MLP shares: keys "layer_{i}.weight" [out, in], "layer_{i}.bias" [out],
 "output.weight" [A, H] and "output.bias" [A] (the nn.Linear convention, so the flax
 kernels [in, out] are transposed).
+
+`NetworkSpec.own_known_input=False` makes the network blind to the encoding's `own_known`
+block: `network_input` drops its columns before layer_0, so layer_0 is E - N wide (the
+torch MLP drops the same columns).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lc_cfr.game.rules import CARD_BLOCKS
+
 # gelu is the exact (erf) form, as torch.nn.GELU() computes by default.
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": nn.relu,
@@ -32,6 +38,8 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 Params = dict  # {"layer_0": {"kernel": [E, H], "bias": [H]}, ..., "output": {...}}
 HEADS = ("slot", "card")
+# Position of the `own_known` card block in the encoding, in blocks of N (docs/game.md).
+OWN_KNOWN_BLOCK = CARD_BLOCKS.index("own_known")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +58,15 @@ class NetworkSpec:
             entries of the input (the encoding's `hand` block, docs/game.md), slot i the
             i-th card in id order. Why: "play the red 7" means the same whatever slot the
             card sits in, so what is learnt of a card carries over between hands.
-        n_cards: N, the card ids (`card` head only).
+        n_cards: N, the card ids (`card` head, and `own_known_input=False`).
         hand_size: H, the hand slots (`card` head only).
+        own_known_input: whether the first layer reads the encoding's `own_known` block
+            (the N columns from OWN_KNOWN_BLOCK * N on: which of the player's cards the
+            opponent saw it draw from a pile). False drops those columns before the first
+            layer, which then has `input_size - n_cards` inputs in the encoding's layout
+            from before the block existed: networks with and without the feature can be
+            compared on the same data, and parameters saved before it still load. The
+            input `x` keeps its full width `input_size` either way.
     """
 
     input_size: int
@@ -62,6 +77,7 @@ class NetworkSpec:
     head: str = "slot"
     n_cards: int = 0
     hand_size: int = 0
+    own_known_input: bool = True
 
     def __post_init__(self):
         for name in ("input_size", "num_actions", "hidden_size", "num_layers"):
@@ -82,6 +98,21 @@ class NetworkSpec:
                 f"network.head='card' needs the rules' n_cards and hand_size, got "
                 f"n_cards={self.n_cards}, hand_size={self.hand_size}"
             )
+        if not isinstance(self.own_known_input, bool):
+            raise ValueError(
+                f"network.own_known_input must be a bool, got {self.own_known_input!r}"
+            )
+        # The dropped block must lie inside the input: without N the spec cannot find it.
+        if not self.own_known_input and not (
+            isinstance(self.n_cards, int)
+            and 1 <= self.n_cards
+            and (OWN_KNOWN_BLOCK + 1) * self.n_cards <= self.input_size
+        ):
+            raise ValueError(
+                f"network.own_known_input=False needs the rules' n_cards (> 0, with the "
+                f"own_known block at {OWN_KNOWN_BLOCK} * n_cards inside input_size="
+                f"{self.input_size}), got n_cards={self.n_cards}"
+            )
 
     @property
     def output_size(self) -> int:
@@ -91,13 +122,24 @@ class NetworkSpec:
         return self.num_actions + 2 * (self.n_cards - self.hand_size)
 
     @property
+    def own_known_columns(self) -> tuple[int, int]:
+        """[start, stop) of the `own_known` block in the input (needs `n_cards`)."""
+        start = OWN_KNOWN_BLOCK * self.n_cards
+        return start, start + self.n_cards
+
+    @property
+    def first_layer_inputs(self) -> int:
+        """Inputs of layer_0: E, or E - N when the `own_known` block is dropped."""
+        return self.input_size if self.own_known_input else self.input_size - self.n_cards
+
+    @property
     def layer_names(self) -> tuple[str, ...]:
         """Names of the Dense layers in order: layer_0..layer_{L-1}, output."""
         return tuple(f"layer_{i}" for i in range(self.num_layers)) + ("output",)
 
     def layer_sizes(self) -> tuple[tuple[str, int, int], ...]:
         """(name, in_features, out_features) of every Dense layer in order."""
-        ins = (self.input_size,) + (self.hidden_size,) * self.num_layers
+        ins = (self.first_layer_inputs,) + (self.hidden_size,) * self.num_layers
         outs = (self.hidden_size,) * self.num_layers + (self.output_size,)
         return tuple(zip(self.layer_names, ins, outs, strict=True))
 
@@ -113,6 +155,15 @@ class _MLP(nn.Module):
         for i in range(self.spec.num_layers):
             x = act(nn.Dense(self.spec.hidden_size, name=f"layer_{i}")(x))
         return nn.Dense(self.spec.output_size, name="output")(x)
+
+
+def network_input(spec: NetworkSpec, x: jax.Array) -> jax.Array:
+    """What layer_0 reads of encodings [..., E]: x, less the `own_known` block when
+    `spec.own_known_input` is False ([..., E - N], the rest in order)."""
+    if spec.own_known_input:
+        return x
+    start, stop = spec.own_known_columns
+    return jnp.concatenate([x[..., :start], x[..., stop:]], axis=-1)
 
 
 def card_outputs_to_slots(spec: NetworkSpec, x: jax.Array, raw: jax.Array) -> jax.Array:
@@ -142,9 +193,10 @@ def init_params(spec: NetworkSpec, key: jax.Array) -> Params:
         key: a PRNG key.
 
     Returns:
-        A dict {layer name: {"kernel": [in, out] float32, "bias": [out] float32}}.
+        A dict {layer name: {"kernel": [in, out] float32, "bias": [out] float32}}; layer_0
+        has `spec.first_layer_inputs` inputs.
     """
-    x = jnp.zeros((1, spec.input_size), jnp.float32)
+    x = jnp.zeros((1, spec.first_layer_inputs), jnp.float32)
     return _MLP(spec).init(key, x)["params"]
 
 
@@ -154,14 +206,15 @@ def apply(spec: NetworkSpec, params: Params, x: jax.Array) -> jax.Array:
     Args:
         spec: the network shape.
         params: parameters from `init_params` or `from_layout`.
-        x: [B, E] encodings (any float dtype; computed in float32).
+        x: [B, E] encodings (any float dtype; computed in float32), E = `spec.input_size`
+            whether or not the network reads the `own_known` block.
 
     Returns:
         [B, A] float32 raw outputs (advantages or logits, read by the masked heads).
     """
     x = jnp.asarray(x, jnp.float32)
-    raw = _MLP(spec).apply({"params": params}, x)
-    if spec.head == "card":
+    raw = _MLP(spec).apply({"params": params}, network_input(spec, x))
+    if spec.head == "card":  # the hand block is block 0, never dropped
         return card_outputs_to_slots(spec, x, raw)
     return raw
 

@@ -26,7 +26,7 @@ import numpy as np
 import pyspiel
 
 from lc_cfr.game.cy_engine import CyGame
-from lc_cfr.game.rules import DRAW_PHASE, Rules
+from lc_cfr.game.rules import CARD_BLOCKS, DRAW_PHASE, Rules
 
 GAME_NAME = "python_lost_cities"
 
@@ -52,16 +52,9 @@ _GAME_TYPE = pyspiel.GameType(
     parameter_specification=_DEFAULT_PARAMS,
 )
 
-# Named pieces of the encoding, in order (docs/game.md, "Information-state encoding").
-_CARD_PIECES = (
-    "hand",
-    "own_expedition",
-    "opp_expedition",
-    "discards",
-    "discard_tops",
-    "opp_known",
-    "playable",
-)
+# Named pieces of the encoding, in order (docs/game.md, "Information-state encoding"); the
+# card blocks are the rules' own list, so the observer's views follow the engine's layout.
+_CARD_PIECES = CARD_BLOCKS
 _COLOR_PIECES = (
     "forbidden_pile",
     "own_wagers",
@@ -473,6 +466,7 @@ class LostCitiesObserver:
             f"p{player}: hand[{cards('hand')}] mine[{cards('own_expedition')}] "
             f"theirs[{cards('opp_expedition')}] tops[{cards('discard_tops')}] "
             f"discarded[{cards('discards')}] known[{cards('opp_known')}] "
+            f"shown[{cards('own_known')}] "
             f"deck {engine.rules.n_cards - engine.deck_pos} turn {engine.turn} {phase}"
             + (f" forbidden {forbidden[0]}" if forbidden.size else "")
         )

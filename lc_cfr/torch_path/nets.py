@@ -6,6 +6,9 @@
 `to_layout` / `from_layout` convert losslessly between a TorchMLP and that layout, so
 parameters move between flax and torch with `mlp.to_layout` / `mlp.from_layout`.
 
+With `spec.own_known_input=False` the forward drops the encoding's `own_known` columns
+before layer_0, as `lc_cfr.nets.mlp.apply` does, so layer_0 is E - N wide in both.
+
 The masked heads have the semantics of the flax ones: illegal actions are exactly 0 and
 a row without legal actions is all zeros, with no NaN in values or gradients.
 """
@@ -49,6 +52,8 @@ class TorchMLP(nn.Module):
         super().__init__()
         self.spec = spec
         self._act = ACTIVATIONS[spec.activation]
+        # Where the columns layer_0 does not read lie (see `forward`); None keeps them all.
+        self._dropped = None if spec.own_known_input else spec.own_known_columns
         for name, fan_in, fan_out in spec.layer_sizes():
             setattr(self, name, nn.Linear(fan_in, fan_out, dtype=torch.float32))
         self.reset_parameters(generator=generator)
@@ -67,6 +72,9 @@ class TorchMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Raw outputs [B, A] float32 from encodings [B, E] (any float dtype)."""
         x = x.to(torch.float32)
+        if self._dropped is not None:
+            start, stop = self._dropped
+            x = torch.cat([x[..., :start], x[..., stop:]], dim=-1)
         for i in range(self.spec.num_layers):
             x = self._act(getattr(self, f"layer_{i}")(x))
         return self.output(x)

@@ -24,6 +24,7 @@ import numpy as np
 
 from lc_cfr.bots import BOT_NAMES
 from lc_cfr.eval import POLICY_VIEWS, SD_CFR, Snapshots, evaluate
+from lc_cfr.game import engine
 from lc_cfr.game.rules import Rules
 from lc_cfr.learn import Learner, make_optimizer
 from lc_cfr.learn.learner import check_weighting
@@ -44,6 +45,13 @@ RESUMABLE_CHANGES = (
     "traversal.worker_chunk_size",
     "traversal.interleave_width",
     "traversal.interleave_max_batch",
+    "evaluation.",  # evaluations read the state, they never change it
+)
+# Fields that change nothing while the run does not use what they configure.
+VALUE_NETWORK_FIELDS = (
+    "traversal.value_lambda",
+    "optimization.value_",
+    "memory.value_capacity",
 )
 
 
@@ -61,6 +69,8 @@ ADDED_FIELDS = {
     "evaluation.exploitability_every": 0,
     "network.head": "slot",
     "sd_cfr.snapshots": 0,
+    # the encoding's own_known block came later: older networks never read it
+    "network.own_known_input": False,
 }
 
 
@@ -113,6 +123,7 @@ def spec_from_config(config, rules: Rules) -> mlp.NetworkSpec:
         head=config.network.head,
         n_cards=rules.n_cards,
         hand_size=rules.hand_size,
+        own_known_input=bool(config.network.own_known_input),
     )
 
 
@@ -690,9 +701,8 @@ class Trainer:
 
         def memory(name):
             prefix = name + "/"
-            return reservoir.from_numpy(
-                {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-            )
+            rows = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+            return reservoir.from_numpy(self._widen(rows))
 
         saved_key = arrays.get("rng/base_key")
         if saved_key is None or not np.array_equal(
@@ -728,6 +738,22 @@ class Trainer:
                 else {}
             ),
         )
+
+    def _widen(self, rows: dict) -> dict:
+        """Memories saved before the encoding's own_known block (N columns at 7N) gain
+        zero columns there; a network with own_known_input=False never reads them."""
+        n = self.rules.n_cards
+        info = rows.get("info")
+        wanted = (self.rules.encoding_size, engine.history_size(self.rules))
+        if info is None or info.shape[1] in wanted or info.shape[1] + n not in wanted:
+            return rows
+        if self.spec.own_known_input:
+            raise ValueError(
+                "the checkpoint's memories predate the encoding's own_known block; resume "
+                "with network.own_known_input=False (the saved config's default)"
+            )
+        zeros = np.zeros((info.shape[0], n), info.dtype)
+        return {**rows, "info": np.concatenate([info[:, : 7 * n], zeros, info[:, 7 * n :]], 1)}
 
     def save(self, state: TrainState, row: dict | None) -> None:
         meta = {"league_added": state.league_added, "metrics": row, "seed": self.config.seed}
@@ -783,15 +809,21 @@ class Trainer:
             return
         saved = _flat_config(read_run_config(saved_path))
         current = _flat_config(self.config)
+        inert = RESUMABLE_CHANGES
+        if not lockstep.uses_value_network(self.options) and (
+            saved.get("traversal.outcome_estimator") == "importance"
+        ):
+            inert = inert + VALUE_NETWORK_FIELDS
         changed = sorted(
             key
             for key in set(saved) | set(current)
-            if saved.get(key) != current.get(key) and not key.startswith(RESUMABLE_CHANGES)
+            if saved.get(key) != current.get(key) and not key.startswith(inert)
         )
         if changed:
             raise ValueError(
                 f"{self.workdir} holds a run with another config; differing fields: {changed}. "
-                "Use a new --workdir, or change only run.*, checkpoint.* or logging.*"
+                "Use a new --workdir, or change only run.*, checkpoint.*, logging.* or "
+                "evaluation.*"
             )
 
     # ----- the loop ----------------------------------------------------------------
