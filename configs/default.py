@@ -83,7 +83,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.regret_matching.floor = 0.0
 
     config.training_weighting = ml_collections.ConfigDict()
-    config.training_weighting.mode = "lcfr"  # lcfr (weight = iteration) | uniform
+    # lcfr (weight = iteration t) | quadratic (t^2, Discounted CFR's gamma = 2) | uniform
+    config.training_weighting.mode = "lcfr"
 
     config.self_play = ml_collections.ConfigDict()
     config.self_play.league_size = 4  # past strategy snapshots kept for `league`

@@ -127,6 +127,7 @@ def test_learner_loss_uses_its_weighting():
     m1 = ((np.log(3.0) - 1.0) ** 2 + 9.0) / 2
     np.testing.assert_allclose(losses["uniform"], m1 / 2, rtol=1e-6)
     np.testing.assert_allclose(losses["lcfr"], 3 * m1 / 4, rtol=1e-6)
+    np.testing.assert_allclose(losses["quadratic"], 9 * m1 / 10, rtol=1e-6)  # weights 1, 9
 
 
 def test_strategy_loss_minimiser_is_the_weighted_average_policy():

@@ -286,7 +286,7 @@ def _optax_runner(kind, weighting, grad_clip):
 
 
 @pytest.mark.parametrize("kind", ["advantage", "strategy"])
-@pytest.mark.parametrize("weighting", ["lcfr", "uniform"])
+@pytest.mark.parametrize("weighting", ["lcfr", "quadratic", "uniform"])
 @pytest.mark.parametrize("grad_clip", [0.0, 0.05])
 def test_learners_agree_after_k_steps(kind, weighting, grad_clip):
     spec, run = _optax_runner(kind, weighting, grad_clip)

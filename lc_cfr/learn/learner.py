@@ -19,7 +19,7 @@ import optax
 from lc_cfr.memory.reservoir import Reservoir, reservoir_sample
 from lc_cfr.nets.mlp import NetworkSpec, apply, init_params, masked_advantages, masked_log_policy
 
-WEIGHTING_MODES = ("lcfr", "uniform")
+WEIGHTING_MODES = ("lcfr", "quadratic", "uniform")
 KINDS = ("advantage", "strategy")
 
 
@@ -54,12 +54,17 @@ def sample_weights(iteration: jax.Array, *, mode: str) -> jax.Array:
     """[B] float32 loss weights of samples from iterations [B] int32.
 
     'lcfr': w = t, the iteration that produced the sample (Linear CFR weighting).
+    'quadratic': w = t^2, recent iterations count more: the gamma = 2 averaging of
+      Discounted CFR (Brown & Sandholm 2019, arXiv:1809.04040), so the policy read off the
+      networks follows the latest regrets sooner.
     'uniform': w = 1.
     """
     check_weighting(mode)
     iteration = jnp.asarray(iteration)
     if mode == "lcfr":
         return iteration.astype(jnp.float32)
+    if mode == "quadratic":
+        return jnp.square(iteration.astype(jnp.float32))
     return jnp.ones(iteration.shape, jnp.float32)
 
 

@@ -113,10 +113,13 @@ def memory_tensors(memory: Any, *, device: torch.device | str = "cpu") -> Memory
 
 
 def sample_weights(iteration: torch.Tensor, *, mode: str) -> torch.Tensor:
-    """[B] float32 loss weights: 'lcfr' w = t (the sample's iteration), 'uniform' w = 1."""
+    """[B] float32 loss weights: 'lcfr' w = t (the sample's iteration), 'quadratic' t^2,
+    'uniform' w = 1 (as `lc_cfr.learn.learner.sample_weights`)."""
     check_weighting(mode)
     if mode == "lcfr":
         return iteration.to(torch.float32)
+    if mode == "quadratic":
+        return torch.square(iteration.to(torch.float32))
     return torch.ones(iteration.shape, dtype=torch.float32, device=iteration.device)
 
 

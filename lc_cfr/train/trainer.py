@@ -425,12 +425,14 @@ class Trainer:
         probability K w_s / W_t (exactly, for the iterations after the first K; the
         first K are over-represented while they are few against W_t), so drawing a
         kept snapshot uniformly draws iteration s with probability proportional to
-        its weight w_s (t for lcfr, 1 for uniform weighting).
+        its weight w_s (the training weighting's: t, t^2 or 1).
         """
         if state.sd_advantage is None:
             return {}
         k = self.config.sd_cfr.snapshots
-        weight = float(t) if self.config.training_weighting.mode == "lcfr" else 1.0
+        weight = {"lcfr": float(t), "quadratic": float(t) ** 2}.get(
+            self.config.training_weighting.mode, 1.0
+        )
         total = state.sd_weight + weight
         draw = float(jax.random.uniform(self.key(t, 4, 0)))
         pick = int(jax.random.randint(self.key(t, 4, 1), (), 0, k))
