@@ -477,3 +477,32 @@ def test_openspiel_policy_refuses_bad_probabilities():
     by_key = {key: uniform[i] for key, i in template.state_lookup.items()}
     with pytest.raises(ValueError, match="no information state"):
         openspiel_policy(template, {**by_key, "p0: nonsense": uniform[0]})
+
+
+def test_mixture_policy_weights_each_policy_by_its_own_reach():
+    """Two deterministic policies mixed per game: at a player's first decision the mixture
+    is their average; where only one of them can arrive, it is that one's choice."""
+    ev = _evaluator()
+    rng = np.random.default_rng(3)
+    tables = np.zeros((2,) + ev.masks.shape)
+    for k in range(2):
+        for row in range(ev.num_info_states):
+            legal = np.flatnonzero(ev.masks[row])
+            tables[k, row, rng.choice(legal)] = 1.0
+    mixed = ev.mixture_policy(tables)
+    np.testing.assert_allclose(mixed.sum(axis=1), 1.0)
+    first = ev.parent < 0
+    np.testing.assert_allclose(mixed[first], tables[:, first].mean(axis=0))
+    reach = np.ones((2, ev.num_info_states))
+    for row in ev._parent_order():
+        if ev.parent[row] >= 0:
+            reach[:, row] = (
+                reach[:, ev.parent[row]] * tables[:, ev.parent[row], ev.parent_action[row]]
+            )
+    only0 = (reach[0] > 0) & (reach[1] == 0)
+    assert only0.any() and (~first).any()
+    np.testing.assert_allclose(mixed[only0], tables[0, only0])
+    # one policy K times is that policy
+    np.testing.assert_allclose(
+        ev.mixture_policy(np.stack([tables[1]] * 3))[reach[1] > 0], tables[1][reach[1] > 0]
+    )

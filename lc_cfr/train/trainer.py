@@ -629,9 +629,13 @@ class Trainer:
         if every and state.iteration % every == 0:
             views = {"average_strategy": state.strategy_params, "current": state.advantage_params}
             chosen = {v: views[v] for v in self.evaluation["views"] if v in views}
+            snapshots = None
+            if SD_CFR in self.evaluation["views"]:
+                snapshots = Snapshots(state.sd_advantage, state.sd_count)
             figures = self.exploitability(
                 strategy_params=chosen.get("average_strategy"),
                 advantage_params=chosen.get("current"),
+                snapshots=snapshots,
             )
             for view, values in figures.items():
                 row[f"exploitability/{view}"] = values["exploitability"]
