@@ -51,6 +51,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.traversal.interleave_max_batch = 512  # interleaved: rows per batched forward at most
     config.traversal.sampling_mode = "outcome"  # outcome | external
     config.traversal.outcome_sampling_epsilon = 0.6  # traverser exploration mix
+    # Annealing: epsilon *= epsilon_decay every epsilon_decay_every iterations, down to
+    # epsilon_min (a few values: one compiled traversal each); 1.0 = constant epsilon.
+    config.traversal.epsilon_decay = 1.0
+    config.traversal.epsilon_decay_every = 20
+    config.traversal.epsilon_min = 0.05
     config.traversal.outcome_sampling_value_clip = 20.0  # |importance-weighted value| cap; 0 = off
     # Targets of unsampled actions: negative_node_value (unbiased) | zero (biased).
     config.traversal.outcome_unsampled_regret = "negative_node_value"  # see line above

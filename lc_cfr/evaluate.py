@@ -2,7 +2,7 @@
 
     python -m lc_cfr.evaluate --workdir=RUN [--checkpoint=STEP] [--opponents=a,b]
         [--games=N] [--views=average_strategy,current] [--mode=greedy|sampled]
-        [--seed=S] [--lanes=L] [--json=PATH]
+        [--seed=S] [--lanes=L] [--json=PATH] [--exploitability]
     python -m lc_cfr.evaluate --agent=safe_heuristic [--rules=n_colors=2,hand_size=3] ...
 
 With --workdir the run's config is rebuilt from RUN/config.json and checkpoint STEP (the
@@ -12,6 +12,8 @@ strategy network; `current`, regret matching on the advantage networks with the 
 seat instead, on the default rules or those of --rules. Every deal is played twice with
 the seats swapped, so --games must be even; see `lc_cfr.eval` for the deals, the
 randomness and the metrics. A table goes to stdout; --json writes every metric.
+--exploitability adds the exact exploitability of each view (OpenSpiel, lc_cfr.spiel; runs
+on an enumerable variant such as the :tiny preset only).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Evaluation seed (deals, sampled actions
 _LANES = flags.DEFINE_integer("lanes", None, "Games in flight at once (even).")
 _RULES = flags.DEFINE_string("rules", None, "With --agent: rules overrides, e.g. n_colors=2.")
 _JSON = flags.DEFINE_string("json", None, "Write the metrics to this JSON file.")
+_EXPLOITABILITY = flags.DEFINE_boolean(
+    "exploitability", False, "Also the exact exploitability of each view (tiny variants)."
+)
 
 
 class Request(NamedTuple):
@@ -59,6 +64,7 @@ class Request(NamedTuple):
     lanes: int | None
     rules: Rules | None
     json: str | None
+    exploitability: bool = False
 
 
 def _names(text: str | None, flag: str) -> tuple[str, ...]:
@@ -103,6 +109,7 @@ def parse_request(
     lanes=None,
     rules=None,
     json_path=None,
+    exploitability=False,
 ) -> Request:
     """Checks the flag values; every error is an app.UsageError naming its flag."""
     if (workdir is None) == (agent is None):
@@ -125,6 +132,8 @@ def parse_request(
         raise app.UsageError(f"--mode must be one of {list(eval_games.MODES)}, got {mode!r}")
     if checkpoint is not None and (workdir is None or checkpoint < 0):
         raise app.UsageError("--checkpoint needs --workdir and must be >= 0")
+    if exploitability and workdir is None:
+        raise app.UsageError("--exploitability needs --workdir (a run)")
     if rules is not None and agent is None:
         raise app.UsageError("--rules is for --agent only: a run's rules come from its config")
     if workdir is not None and not (pathlib.Path(workdir) / "config.json").is_file():
@@ -141,6 +150,7 @@ def parse_request(
         lanes=lanes,
         rules=_parse_rules(rules) if agent is not None else None,
         json=json_path,
+        exploitability=bool(exploitability),
     )
 
 
@@ -203,7 +213,26 @@ def run_request(request: Request) -> dict:
             rules=trainer.rules.to_dict(),
         )
     document["metrics"] = metrics
+    if request.exploitability:
+        document["exploitability"] = _exploitability(config, trainer, available, request.views)
     return document
+
+
+def _exploitability(config, trainer, available: dict, views) -> dict:
+    """Exact figures of the views (points), and the uniform policy's for reference."""
+    from lc_cfr.train.trainer import exploitability_evaluator
+
+    try:
+        evaluator = exploitability_evaluator(config, trainer.rules, trainer.spec)
+    except ValueError as error:
+        raise app.UsageError(f"--exploitability: {error}") from None
+    figures = evaluator(
+        strategy_params=available.get("average_strategy") if "average_strategy" in views else None,
+        advantage_params=available.get("current") if "current" in views else None,
+        snapshots=available.get(SD_CFR) if SD_CFR in views else None,
+    )
+    figures["uniform"] = evaluator.uniform()
+    return figures
 
 
 def format_table(metrics: dict) -> str:
@@ -244,6 +273,7 @@ def main(argv):
         lanes=_LANES.value,
         rules=_RULES.value,
         json_path=_JSON.value,
+        exploitability=_EXPLOITABILITY.value,
     )
     cache = os.environ.get("LC_CFR_JAX_CACHE", os.path.expanduser("~/.cache/lc_cfr/jax"))
     jax.config.update("jax_compilation_cache_dir", cache)
@@ -256,6 +286,8 @@ def main(argv):
     )
     print(f"{where}: {request.games} games per opponent, seed {request.seed}")
     print(format_table(document["metrics"]))
+    for view, figures in document.get("exploitability", {}).items():
+        print(f"exploitability of {view}: {figures['exploitability']:.4f} points")
     if request.json:
         out = pathlib.Path(request.json)
         out.parent.mkdir(parents=True, exist_ok=True)

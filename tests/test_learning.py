@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("pyspiel", reason="exact exploitability needs the openspiel extra")
 
+from lc_cfr import evaluate  # noqa: E402
 from lc_cfr.spiel import TINY_RULES  # noqa: E402
 from lc_cfr.train import Trainer  # noqa: E402
 from lc_cfr.train.trainer import rules_from_config  # noqa: E402
@@ -45,3 +46,14 @@ def test_tiny_exploitability_falls_below_a_fifth_of_uniform(tmp_path):
     assert uniform == pytest.approx(2.0385, abs=1e-3)  # docs/exploitability.md
     for view in ("average_strategy", "current", "sd_cfr"):
         assert last[f"exploitability/{view}"] < BOUND * uniform, (view, last)
+    # the evaluate CLI's --exploitability gives the trainer's figures for the checkpoint
+    request = evaluate.parse_request(
+        workdir=str(tmp_path),
+        opponents="random",
+        games=2,
+        views="average_strategy,current,sd_cfr",
+        exploitability=True,
+    )
+    figures = evaluate.run_request(request)["exploitability"]
+    for view in ("average_strategy", "current", "sd_cfr"):
+        assert figures[view]["exploitability"] == pytest.approx(last[f"exploitability/{view}"])

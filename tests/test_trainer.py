@@ -332,3 +332,24 @@ def test_runs_saved_before_the_own_known_block_resume(tmp_path):
     )
     state = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path).run()
     assert state.iteration == 3
+
+
+def test_epsilon_schedule_decays_in_steps(tmp_path):
+    overrides = {
+        "traversal.epsilon_decay": 0.5,
+        "traversal.epsilon_decay_every": 2,
+        "traversal.epsilon_min": 0.1,
+        "run.max_iterations": 3,
+    }
+    trainer = Trainer(smoke_config(**overrides), tmp_path)
+    assert [trainer.epsilon(t) for t in range(1, 8)] == [0.6, 0.6, 0.3, 0.3, 0.15, 0.15, 0.1]
+    assert Trainer(smoke_config(), tmp_path / "c").epsilon(5) is None
+    trainer.run()  # iteration 3 traverses with epsilon 0.3 (a second compiled loop)
+    assert _rows(tmp_path)[-1]["traversal/nodes"] > 0
+    for bad, field in [
+        ({"traversal.epsilon_decay": 0.0}, "traversal.epsilon_decay"),
+        ({"traversal.epsilon_decay": 0.5, "traversal.epsilon_min": 0.9}, "epsilon_min"),
+        ({"traversal.epsilon_decay": 0.5, "traversal.backend": "recursive"}, "jax backend"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            Trainer(smoke_config(**bad), tmp_path / "bad")

@@ -226,8 +226,14 @@ class TorchBackend:
     def __exit__(self, *exc):
         self.close()
 
-    def traverse(self, networks, *, seed, iteration, traverser):
+    def traverse(self, networks, *, seed, iteration, traverser, epsilon=None):
         """The iteration's traversals for `traverser`: (Samples, stats dict)."""
+        if epsilon is not None and epsilon != self.options.epsilon:
+            raise ValueError(
+                "traversal.epsilon_decay is implemented by the jax backend only "
+                f"(traversal.backend='jax'); the {self.name} backend keeps "
+                "traversal.outcome_sampling_epsilon"
+            )
         if self.board is None:
             raise RuntimeError(f"the {self.name} backend is closed")
         self.board.publish(network_layouts(self.spec, networks, self.settings.league_size))

@@ -30,8 +30,16 @@ class WorkerSettings(NamedTuple):
 
 class Backend(Protocol):
     def traverse(
-        self, networks: lockstep.Networks, *, seed: int, iteration: int, traverser: int
-    ) -> tuple[lockstep.Samples, dict]: ...
+        self,
+        networks: lockstep.Networks,
+        *,
+        seed: int,
+        iteration: int,
+        traverser: int,
+        epsilon: float | None = None,
+    ) -> tuple[lockstep.Samples, dict]:
+        """Samples and statistics; `epsilon` overrides options.epsilon (its schedule)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -54,11 +62,14 @@ class JaxBackend:
         lockstep.check_devices(options, jax.local_device_count())  # checked at start-up
         self.rules, self.spec, self.options = rules, spec, options
 
-    def traverse(self, networks, *, seed, iteration, traverser):
+    def traverse(self, networks, *, seed, iteration, traverser, epsilon=None):
+        options = self.options
+        if epsilon is not None:  # one compiled loop per value: schedules take few values
+            options = options._replace(epsilon=float(epsilon))
         samples, stats = lockstep.run_traversals(
             self.rules,
             self.spec,
-            self.options,
+            options,
             networks,
             seed=seed,
             iteration=iteration,

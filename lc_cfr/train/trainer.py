@@ -71,6 +71,9 @@ ADDED_FIELDS = {
     "sd_cfr.snapshots": 0,
     # the encoding's own_known block came later: older networks never read it
     "network.own_known_input": False,
+    "traversal.epsilon_decay": 1.0,
+    "traversal.epsilon_decay_every": 20,
+    "traversal.epsilon_min": 0.05,
 }
 
 
@@ -269,7 +272,28 @@ def chao_slot(count: int, k: int, weight: float, total: float, draw: float, pick
     return pick if draw < min(1.0, k * weight / total) else None
 
 
-def _exploitability_evaluator(config, rules: Rules, spec: mlp.NetworkSpec):
+def _check_epsilon_schedule(config) -> None:
+    """The `traversal.epsilon_*` schedule (checked before any backend starts)."""
+    tr = config.traversal
+    if not 0.0 < tr.epsilon_decay <= 1.0:
+        raise ValueError(f"traversal.epsilon_decay must be in (0, 1], got {tr.epsilon_decay}")
+    if tr.epsilon_decay_every < 1:
+        raise ValueError(
+            f"traversal.epsilon_decay_every must be >= 1, got {tr.epsilon_decay_every}"
+        )
+    if tr.epsilon_decay < 1.0 and not 0.0 < tr.epsilon_min <= tr.outcome_sampling_epsilon:
+        raise ValueError(
+            "traversal.epsilon_min must be in (0, traversal.outcome_sampling_epsilon], got "
+            f"{tr.epsilon_min}"
+        )
+    if tr.epsilon_decay < 1.0 and tr.backend != "jax":
+        raise ValueError(
+            "traversal.epsilon_decay is implemented by the jax backend only "
+            "(traversal.backend='jax')"
+        )
+
+
+def exploitability_evaluator(config, rules: Rules, spec: mlp.NetworkSpec):
     """The exact-exploitability evaluator of `evaluation.exploitability_every` (OpenSpiel)."""
     from lc_cfr.spiel import check_enumerable
 
@@ -313,6 +337,7 @@ class Trainer:
         self.rules = rules_from_config(config)
         self.spec = spec_from_config(config, self.rules)
         self.options = options_from_config(config)
+        _check_epsilon_schedule(config)
         self.backend = make_backend(
             config.traversal.backend,
             rules=self.rules,
@@ -371,7 +396,7 @@ class Trainer:
             raise ValueError("evaluation.views names sd_cfr but sd_cfr.snapshots is 0")
         self.exploitability = None
         if self.evaluation["exploitability_every"]:
-            self.exploitability = _exploitability_evaluator(config, self.rules, self.spec)
+            self.exploitability = exploitability_evaluator(config, self.rules, self.spec)
         self.base_key = jax.random.PRNGKey(config.seed)
 
     # ----- randomness: a pure function of (seed, iteration, player, purpose) -----------
@@ -379,6 +404,18 @@ class Trainer:
     def key(self, iteration: int, player: int, purpose: int) -> jax.Array:
         k = jax.random.fold_in(self.base_key, iteration)
         return jax.random.fold_in(jax.random.fold_in(k, player), purpose)
+
+    def epsilon(self, t: int) -> float | None:
+        """Outcome sampling's exploration at iteration t: outcome_sampling_epsilon times
+        epsilon_decay every epsilon_decay_every iterations, not below epsilon_min (None
+        without a schedule: the options' value)."""
+        tr = self.config.traversal
+        if tr.epsilon_decay == 1.0:
+            return None
+        return max(
+            tr.epsilon_min,
+            tr.outcome_sampling_epsilon * tr.epsilon_decay ** ((t - 1) // tr.epsilon_decay_every),
+        )
 
     # ----- state -------------------------------------------------------------------
 
@@ -483,7 +520,11 @@ class Trainer:
             start = time.perf_counter()
             networks = self.networks(state._replace(advantage_params=tuple(adv_params)))
             samples, stats = self.backend.traverse(
-                networks, seed=self.config.seed, iteration=t, traverser=p
+                networks,
+                seed=self.config.seed,
+                iteration=t,
+                traverser=p,
+                epsilon=self.epsilon(t),
             )
             jax.block_until_ready(samples)
             timing["traversal_seconds"] += time.perf_counter() - start
