@@ -9,6 +9,13 @@ Semantics are SPEC section 3 (Deep CFR, Brown et al. 2019, arXiv:1811.00164; out
 sampling after Lanctot et al. 2009). `reference.py` states the same traversal as plain
 recursion, one traversal at a time, and the tests hold the two to the same samples.
 
+Beyond SPEC, two families of estimators reach past the first turns (docs/experiments.md
+measures why that matters): external sampling expanded at a sampled decision
+(`expand_at='sampled'`: one on-policy path to a decision index drawn per traversal, the
+node's children each played out on-policy from the same random numbers), and outcome
+sampling that reads a learned history value network (`outcome_estimator`: the VR-MCCFR
+baseline or ESCHER-style value regrets, `policy.baseline_path_targets`).
+
 Lane modes: IDLE (waiting for a traversal), DECIDE (at a decision that needs a policy),
 RETURN (external sampling: handing a value up to the top stack frame) and ROLLOUT
 (playing out a cut-off position). In outcome sampling all busy lanes start their
