@@ -1,0 +1,56 @@
+"""The yardstick and plotting scripts run end to end on a smoke run."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+pytest.importorskip("matplotlib", reason="the plots need the plots extra")
+
+
+def _script(name: str, *args, cwd=ROOT):
+    env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
+    command = [sys.executable, str(ROOT / "scripts" / name), *map(str, args)]
+    return subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_best_response_then_plots(tmp_path):
+    run = tmp_path / "run"
+    _script(
+        "best_response.py",
+        "--preset=smoke",
+        "--opponent=passive_discard",
+        "--iterations=1",
+        "--eval-every=1",
+        "--games=8",
+        f"--workdir={run}",
+        "--set=network.head=card",
+        f"--json={tmp_path / 'curve.json'}",
+    )
+    curve = json.loads((tmp_path / "curve.json").read_text())
+    assert curve["opponent"] == "passive_discard" and len(curve["curve"]) == 1
+    point = curve["curve"][0]
+    assert point["iteration"] == 1 and {"current", "average_strategy"} <= set(point)
+    assert json.loads((run / "config.json").read_text())["network"]["head"] == "card"
+
+    _script("plot_run.py", run, f"--out={tmp_path / 'curves.png'}", f"--json={tmp_path / 'n.json'}")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    numbers = json.loads((tmp_path / "n.json").read_text())
+    assert numbers[str(run)]["iterations"] == 1
+
+    reference = ROOT / "docs" / "openspiel_reference.json"
+    _script(
+        "plot_exploitability.py", run, f"--reference={reference}", f"--out={tmp_path / 'x.png'}"
+    )
+    assert (tmp_path / "x.png").stat().st_size > 10_000
+
+
+def test_best_response_refuses_unknown_fields(tmp_path):
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("best_response.py", "--preset=smoke", "--set=traversal.nope=1")
+    assert "unknown config field 'traversal.nope'" in failure.value.stderr
