@@ -2,11 +2,17 @@
 
     python -m lc_cfr.main --config=configs/default.py [--config.a.b=v]
     python -m lc_cfr.main --config=configs/default.py:smoke   # a few tiny iterations
+    python -m lc_cfr.main --config=configs/default.py:small,classic   # presets combine
 
-The defaults mirror the predecessor's seeds: 280 traversals per player, a 512x3 network,
+The defaults are the best setting of the learning campaign (docs/experiments.md):
+external sampling expanded at a decision drawn per traversal, a card-indexed output head,
+1024 traversals per player; the rest mirrors the predecessor's seeds (a 512x3 network,
 512 updates of batch 1024 per network, 2M-sample memories, evaluation every 25
-iterations (mirrored, 1000 games per opponent where the seeds had 100 unmirrored). Only
-the trainer reads this file; every helper takes explicit arguments.
+iterations, mirrored, 1000 games per opponent where the seeds had 100 unmirrored).
+Presets: `small` (3 colours, for experiments), `tiny` (exact exploitability), `smoke`
+(seconds), `classic` (Deep CFR as Brown et al. ran it: outcome sampling from the root and
+a slot head; every backend runs it). Only the trainer reads this file; every helper takes
+explicit arguments.
 """
 
 import ml_collections
@@ -42,14 +48,15 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
 
     config.traversal = ml_collections.ConfigDict()
     config.traversal.backend = "jax"  # jax | recursive | interleaved | server (SPEC section 4)
-    config.traversal.traversals_per_player = 280  # per player per iteration
-    config.traversal.lanes = 280  # jax: traversals in flight at once (lockstep)
+    # per player per iteration: each gives one expanded decision (external, sampled)
+    config.traversal.traversals_per_player = 1024
+    config.traversal.lanes = 512  # jax: traversals in flight at once (lockstep)
     config.traversal.num_workers = 2  # torch backends: traversal processes; 0 = in-process
     config.traversal.worker_chunk_size = 32  # torch backends: traversals per worker task
     # interleaved: traversals a worker advances together (at most worker_chunk_size)
     config.traversal.interleave_width = 32
     config.traversal.interleave_max_batch = 512  # interleaved: rows per batched forward at most
-    config.traversal.sampling_mode = "outcome"  # outcome | external
+    config.traversal.sampling_mode = "external"  # outcome | external
     config.traversal.outcome_sampling_epsilon = 0.6  # traverser exploration mix
     # Annealing: epsilon *= epsilon_decay every epsilon_decay_every iterations, down to
     # epsilon_min (a few values: one compiled traversal each); 1.0 = constant epsilon.
@@ -64,12 +71,12 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # network regrets, no importance weights); the last two train a value network.
     config.traversal.outcome_estimator = "importance"
     config.traversal.value_lambda = 1.0  # value targets: sampled return (1) .. bootstrap (0)
-    config.traversal.max_depth = 2  # external: traverser decisions expanded in full
+    config.traversal.max_depth = 1  # external: traverser decisions expanded in full
     # external: root (the traverser's first max_depth decisions, Brown et al.) | sampled
     # (one on-policy path to a decision drawn uniformly per traversal, expanded there;
     # every phase of the game gets samples; docs/experiments.md)
-    config.traversal.expand_at = "root"
-    config.traversal.path_epsilon = 0.0  # sampled: uniform mix of the traverser on the path
+    config.traversal.expand_at = "sampled"
+    config.traversal.path_epsilon = 0.2  # sampled: uniform mix of the traverser on the path
     config.traversal.cutoff_turns = 0  # cut a traversal off after this many turns; 0 = never
     config.traversal.cutoff_value_mode = "score_diff"  # score_diff | rollouts
     config.traversal.cutoff_rollouts = 4  # playouts averaged per cut-off (rollouts mode)
@@ -101,7 +108,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.network.activation = "relu"  # relu | gelu | tanh | silu
     # Output head: slot (one output per action) | card (play / discard outputs per card id,
     # read through the hand into the slot actions; lc_cfr.nets.mlp)
-    config.network.head = "slot"
+    config.network.head = "card"
     # Read the encoding's own_known block (own cards the opponent saw us take from a pile);
     # False drops it before the first layer (networks trained before it existed).
     config.network.own_known_input = True
@@ -159,15 +166,22 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.logging = ml_collections.ConfigDict()
     config.logging.tensorboard = True  # events under WORKDIR/tensorboard
 
-    if preset == "smoke":
-        _smoke(config)
-    elif preset == "small":
-        _small(config)
-    elif preset == "tiny":
-        _tiny(config)
-    elif preset:
-        raise ValueError(f"unknown preset {preset!r}; valid: '', 'smoke', 'small', 'tiny'")
+    presets = {"smoke": _smoke, "small": _small, "tiny": _tiny, "classic": _classic}
+    for name in filter(None, (part.strip() for part in preset.split(","))):
+        if name not in presets:
+            raise ValueError(f"unknown preset {name!r}; valid: {sorted(presets)}, comma-joined")
+        presets[name](config)
     return config
+
+
+def _classic(config: ml_collections.ConfigDict) -> None:
+    """Deep CFR as Brown et al. (2019) and the predecessor ran it: outcome sampling from
+    the root and a slot-indexed head, with the sizes of the other presets. Every backend
+    implements it (docs/backends.md)."""
+    config.traversal.sampling_mode = "outcome"
+    config.traversal.expand_at = "root"
+    config.traversal.max_depth = 2
+    config.network.head = "slot"
 
 
 def _small(config: ml_collections.ConfigDict) -> None:
@@ -177,12 +191,12 @@ def _small(config: ml_collections.ConfigDict) -> None:
     config.rules.hand_size = 6
     config.rules.max_turns = 60
     config.run.max_iterations = 200
-    config.traversal.traversals_per_player = 256
-    config.traversal.lanes = 256
+    config.traversal.traversals_per_player = 2048
+    config.traversal.lanes = 512
     config.network.hidden_size = 128
     config.network.num_layers = 2
-    config.optimization.advantage_updates = 128
-    config.optimization.advantage_batch_size = 256
+    config.optimization.advantage_updates = 256
+    config.optimization.advantage_batch_size = 512
     config.optimization.strategy_updates = 128
     config.optimization.strategy_batch_size = 256
     config.memory.advantage_capacity = 300_000

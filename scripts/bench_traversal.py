@@ -73,7 +73,8 @@ from lc_cfr.traversal import lockstep
 from lc_cfr.traversal import policy as pol
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG = ROOT / "configs" / "default.py"
+# the modes every backend implements (and the ones docs/performance.md measured)
+DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:classic"
 LIMIT_DEFINITION = (
     "forward-only limit = lanes / seconds per forward; a forward is one mlp.apply of "
     "the config's network (random parameters) on a [lanes, E] float32 batch, timed as "

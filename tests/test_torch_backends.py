@@ -294,7 +294,7 @@ def _train(workdir, backend, iterations=2, **overrides):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "configs"))
     import default as default_config
 
-    config = default_config.get_config("smoke")
+    config = default_config.get_config("smoke,classic")  # modes every backend has
     config.logging.tensorboard = False
     config.checkpoint.save_every = 0
     config.evaluation.eval_every = 0

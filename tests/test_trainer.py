@@ -117,7 +117,11 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
 
 def test_value_network_state_resumes_exactly(tmp_path):
     """The outcome estimators' value network, optimiser and window memory are checkpointed."""
-    overrides = {"traversal.outcome_estimator": "baseline", "traversal.value_lambda": 0.5}
+    overrides = {
+        "traversal.sampling_mode": "outcome",
+        "traversal.outcome_estimator": "baseline",
+        "traversal.value_lambda": 0.5,
+    }
     whole = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "w").run()
     Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path / "s").run()
     split = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "s").run()
@@ -165,8 +169,8 @@ def test_strategy_samples_auto_follows_the_opponent(tmp_path):
 
 def test_target_anatomy_is_reported_for_each_sampling_mode(tmp_path):
     for name, overrides in {
-        "outcome": {},
-        "root": {"traversal.sampling_mode": "external"},
+        "outcome": {"traversal.sampling_mode": "outcome"},
+        "root": {"traversal.sampling_mode": "external", "traversal.expand_at": "root"},
         "sampled": {"traversal.sampling_mode": "external", "traversal.expand_at": "sampled"},
     }.items():
         config = smoke_config(**{"run.max_iterations": 1, **overrides})
@@ -251,7 +255,7 @@ def test_league_keeps_the_last_snapshots_of_the_strategy_network(tmp_path):
 
 
 def test_presets_build_a_trainer(tmp_path):
-    for preset in ("", "small"):
+    for preset in ("", "small", "small,classic"):
         config = default_config.get_config(preset)
         trainer = Trainer(config, tmp_path / (preset or "default"))
         assert trainer.options.num_traversals == config.traversal.traversals_per_player

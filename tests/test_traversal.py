@@ -169,7 +169,6 @@ def test_options_are_validated_naming_the_field():
         (dict(sampling_mode="external", max_depth=0), "traversal.max_depth"),
         (dict(strategy_samples="all"), "traversal.strategy_samples"),
         (dict(expand_at="leaf"), "traversal.expand_at"),
-        (dict(expand_at="sampled"), "traversal.expand_at"),  # outcome sampling
         (dict(sampling_mode="external", path_epsilon=1.5), "traversal.path_epsilon"),
         (dict(rm_floor=1.0), "regret_matching.floor"),
         (dict(outcome_estimator="vr"), "traversal.outcome_estimator"),

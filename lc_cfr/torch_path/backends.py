@@ -105,6 +105,8 @@ def check_modes(name: str, options: lockstep.TraversalOptions, spec: mlp.Network
         )
     for field, supported, config_field in JAX_ONLY_MODES:
         value = getattr(options, field)
+        if field == "expand_at" and options.sampling_mode == "outcome":
+            continue  # outcome sampling never expands: the field is inert
         if value != supported:
             raise ValueError(
                 f"{config_field}={value!r} is implemented by the jax backend only "

@@ -114,8 +114,6 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         raise ValueError("traversal.outcome_sampling_epsilon must be > 0 for outcome sampling")
     if options.sampling_mode == "external" and not 1 <= options.max_depth <= 4:
         raise ValueError(f"traversal.max_depth must be in 1..4, got {options.max_depth}")
-    if options.expand_at == "sampled" and options.sampling_mode != "external":
-        raise ValueError("traversal.expand_at='sampled' needs traversal.sampling_mode='external'")
     if not 0.0 <= options.path_epsilon <= 1.0:
         raise ValueError(f"traversal.path_epsilon must be in [0, 1], got {options.path_epsilon}")
     pol.check_floor(options.rm_floor)
@@ -135,6 +133,12 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         raise ValueError("traversal.cutoff_rollouts must be >= 1 in rollouts mode")
     if options.utility_scale <= 0:
         raise ValueError(f"utility_scale must be > 0, got {options.utility_scale}")
+
+
+def is_sampled_expansion(options: TraversalOptions) -> bool:
+    """External sampling expanded at a sampled decision (`expand_at` means nothing to
+    outcome sampling, which never expands)."""
+    return options.sampling_mode == "external" and options.expand_at == "sampled"
 
 
 def uses_value_network(options: TraversalOptions) -> bool:
@@ -204,7 +208,7 @@ def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, i
         # a sampled expansion may start at a draw decision: bound both orders
         width *= card if depth % 2 == 0 and options.expand_at == "root" else max(card, draw)
     if options.expand_at == "sampled":
-        # strategy samples on the path down to the expansion (at most one player's
+        # strategy samples along one on-policy trajectory (at most one player's
         # decisions of a whole game, both players' with `both`)
         per_path = rules.max_turns + 1
         return expanded, per_path * (2 if options.strategy_samples == "both" else 1)
@@ -236,6 +240,11 @@ class _Lanes(NamedTuple):
     frame_slot: jax.Array  # [L, D] int32 advantage slot of the node
     frame_draws: jax.Array  # [L, D] int32 draw counter at the node (sampled: each child
     # restarts from it, so all children meet the same random numbers)
+    # sampled: the child sigma would have played at each frame, and whether the frame's
+    # node lies on that on-policy trajectory; strategy samples are taken along it only
+    frame_follow: jax.Array  # [L, D] int32
+    frame_on: jax.Array  # [L, D] bool
+    on_trajectory: jax.Array  # [L] bool, the lane's position lies on the trajectory
     top: jax.Array  # [L] int32 frames in use
     next_traversal: jax.Array  # [] int32 next traversal of the quota to start
     step: jax.Array  # [] int32
@@ -377,7 +386,7 @@ class _Machine:
         # traversal j of this machine is traversal offset + j of the player's quota `total`
         self.game_base = traverser * total + offset
         self.outcome = options.sampling_mode == "outcome"
-        self.sampled = options.expand_at == "sampled"
+        self.sampled = is_sampled_expansion(options)
         self.value = uses_value_network(options)
         if self.value:
             self.value_spec = value_spec(rules, spec)
@@ -418,6 +427,9 @@ class _Machine:
             frame_action=jnp.zeros((L, D), jnp.int32),
             frame_slot=jnp.zeros((L, D), jnp.int32),
             frame_draws=jnp.zeros((L, D), jnp.int32),
+            frame_follow=jnp.zeros((L, D), jnp.int32),
+            frame_on=jnp.zeros((L, D), jnp.bool_),
+            on_trajectory=jnp.zeros((L,), jnp.bool_),
             top=zeros_l,
             next_traversal=zero,
             step=zero,
@@ -489,6 +501,7 @@ class _Machine:
             strategy_nodes=jnp.where(start, 0, lanes.strategy_nodes),
             snapshot=jnp.where(start, rng.below(snapshot_bits, count), lanes.snapshot),
             expand_from=jnp.where(start, expand_from, lanes.expand_from),
+            on_trajectory=lanes.on_trajectory | start,
             top=jnp.where(start, 0, lanes.top),
             next_traversal=lanes.next_traversal + jnp.sum(start),
         )
@@ -633,7 +646,9 @@ class _Machine:
             )  # value_target is set by finish()
         # strategy samples
         if self.sampled:
-            in_tree = lanes.top == 0  # the on-policy path, expansion node included
+            # the on-policy trajectory: the path down to the expansion, then the child sigma
+            # picks at every expanded node (the others are played for their values only)
+            in_tree = lanes.on_trajectory
         else:
             in_tree = self.outcome | (lanes.top < o.max_depth)
         store_here = {
@@ -659,6 +674,21 @@ class _Machine:
         frame_mask, frame_values = lanes.frame_mask, lanes.frame_values
         frame_action, frame_slot, top = lanes.frame_action, lanes.frame_slot, lanes.top
         frame_draws = lanes.frame_draws
+        frame_follow, frame_on = lanes.frame_follow, lanes.frame_on
+        on_trajectory = lanes.on_trajectory
+        if self.sampled:
+            # drawn apart from the children's streams (which restart at this counter)
+            follow_bits = rng.random_bits(
+                self.seed,
+                self.iteration,
+                self.game_index(lanes.traversal),
+                lanes.draws + 1,
+                rng.Purpose.EXPLORE,
+            )
+            follow = jax.vmap(pol.sample_action)(played, mask, follow_bits)
+            frame_follow = _tree_set(frame_follow, top, follow, expand)
+            frame_on = _tree_set(frame_on, top, on_trajectory, expand)
+            on_trajectory = jnp.where(expand, on_trajectory & (action == follow), on_trajectory)
         if not self.outcome:
             frame_game = _tree_set(frame_game, top, game, expand)
             frame_policy = _tree_set(frame_policy, top, played, expand)
@@ -694,6 +724,9 @@ class _Machine:
             frame_action=frame_action,
             frame_slot=frame_slot,
             frame_draws=frame_draws,
+            frame_follow=frame_follow,
+            frame_on=frame_on,
+            on_trajectory=on_trajectory,
             top=top,
             stats=stats,
         )
@@ -766,11 +799,16 @@ class _Machine:
         )
         node_game = _tree_index(lanes.frame_game, index)
         child = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, node_game, next_action)
-        draws = lanes.draws
+        draws, on_trajectory = lanes.draws, lanes.on_trajectory
         if self.sampled:  # common random numbers: every child replays the node's stream
             draws = jnp.where(go_on, _tree_index(lanes.frame_draws, index), draws)
+            follows = _tree_index(lanes.frame_on, index) & (
+                next_action == _tree_index(lanes.frame_follow, index)
+            )
+            on_trajectory = jnp.where(go_on, follows, on_trajectory)
         lanes = lanes._replace(
             draws=draws,
+            on_trajectory=on_trajectory,
             samples=samples,
             frame_values=_tree_set(lanes.frame_values, index, values, has_frame),
             frame_action=_tree_set(lanes.frame_action, index, next_action, go_on),

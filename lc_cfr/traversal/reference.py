@@ -26,6 +26,7 @@ from lc_cfr.traversal.lockstep import (
     Networks,
     TraversalOptions,
     expansion_start,
+    is_sampled_expansion,
     uses_value_network,
     utility_factor,
     validate_options,
@@ -210,7 +211,7 @@ class ReferenceTraversal:
         state = self._init(rng.as_word(self.seed), self.game, rng.as_word(self.iteration))
         if self.o.sampling_mode == "outcome":
             self._outcome(state)
-        elif self.o.expand_at == "sampled":
+        elif is_sampled_expansion(self.o):
             self._sampled_path(state)
         else:
             self._external(state, 0)
@@ -280,8 +281,11 @@ class ReferenceTraversal:
             played, stored = self._policies(state, obs, mask)
             is_traverser = mover == self.traverser
             in_tree = expanded < self.o.max_depth
-            # sampled expansions store strategy samples on the path above them only
-            store = in_tree and self.o.expand_at == "root"
+            # sampled expansions store strategy samples on the on-policy trajectory only
+            if self.o.expand_at == "sampled":
+                store = self.on_trajectory
+            else:
+                store = in_tree
             if store and self._store_strategy(is_traverser):
                 self._record_strategy(obs, mask, stored)
             self.stats["nodes"] += 1
@@ -296,6 +300,7 @@ class ReferenceTraversal:
     def _sampled_path(self, state) -> None:
         """expand_at='sampled': one on-policy path down to the drawn decision, expanded."""
         start = int(expansion_start(self.rules, self.seed, self.iteration, self.game))
+        self.on_trajectory = True  # strategy samples lie on the on-policy trajectory
         while True:
             mover = int(state.current_player)
             obs, mask = self._observe(state, mover), self._mask(state)
@@ -325,9 +330,14 @@ class ReferenceTraversal:
         self.advantage.append(record)
         values = jnp.zeros((self.rules.num_actions,), jnp.float32)
         draws = self.draws
+        sampled = self.o.expand_at == "sampled"
+        if sampled:  # the child sigma would play continues the on-policy trajectory
+            bits = self._bits(self.seed, self.iteration, self.game, draws + 1, rng.Purpose.EXPLORE)
+            follow, on_trajectory = int(self._sample(sigma, mask, bits)), self.on_trajectory
         for action in np.flatnonzero(np.asarray(mask)):
-            if self.o.expand_at == "sampled":
+            if sampled:
                 self.draws = draws  # common random numbers: every child replays the stream
+                self.on_trajectory = on_trajectory and int(action) == follow
             child = self._step(state, int(action))
             ended, cut = self._ended(child)
             value = self._value_at_end(child, cut) if ended else self._external(child, expanded + 1)
