@@ -226,13 +226,7 @@ def _exploitability(config, trainer, available: dict, views) -> dict:
         evaluator = exploitability_evaluator(config, trainer.rules, trainer.spec)
     except ValueError as error:
         raise app.UsageError(f"--exploitability: {error}") from None
-    figures = evaluator(
-        strategy_params=available.get("average_strategy") if "average_strategy" in views else None,
-        advantage_params=available.get("current") if "current" in views else None,
-        snapshots=available.get(SD_CFR) if SD_CFR in views else None,
-    )
-    figures["uniform"] = evaluator.uniform()
-    return figures
+    return evaluator.of_views({view: available[view] for view in views})
 
 
 def format_table(metrics: dict) -> str:

@@ -139,6 +139,11 @@ def reservoir_add(
     valid = jnp.asarray(valid, jnp.bool_)
     slots = candidate_slots(memory.seen, key, valid, capacity=capacity)
     slots = jnp.where(last_writers(slots, capacity=capacity), slots, capacity)
+    return _write_rows(memory, slots, info, mask, target, iteration, valid)
+
+
+def _write_rows(memory, slots, info, mask, target, iteration, valid) -> Reservoir:
+    """Writes every row to its slot (`capacity` drops it) and counts the valid rows."""
     iteration = jnp.broadcast_to(jnp.asarray(iteration, jnp.int32), valid.shape)
 
     def write(store, rows):
@@ -150,7 +155,7 @@ def reservoir_add(
         mask=write(memory.mask, mask),
         target=write(memory.target, target),
         iteration=write(memory.iteration, iteration),
-        size=jnp.minimum(seen, capacity).astype(jnp.int32),
+        size=jnp.minimum(seen, capacity_of(memory)).astype(jnp.int32),
         seen=seen,
     )
 
@@ -167,20 +172,7 @@ def window_add(
     offered = memory.seen + jnp.cumsum(valid_i) - valid_i
     slots = jnp.where(valid, offered % capacity, capacity).astype(jnp.int32)
     slots = jnp.where(last_writers(slots, capacity=capacity), slots, capacity)
-    iteration = jnp.broadcast_to(jnp.asarray(iteration, jnp.int32), valid.shape)
-
-    def write(store, rows):
-        return store.at[slots].set(rows.astype(store.dtype), mode="drop")
-
-    seen = memory.seen + jnp.sum(valid, dtype=jnp.int32)
-    return Reservoir(
-        info=write(memory.info, info),
-        mask=write(memory.mask, mask),
-        target=write(memory.target, target),
-        iteration=write(memory.iteration, iteration),
-        size=jnp.minimum(seen, capacity).astype(jnp.int32),
-        seen=seen,
-    )
+    return _write_rows(memory, slots, info, mask, target, iteration, valid)
 
 
 def reservoir_sample(memory: Reservoir, key: jax.Array, batch_size: int) -> Batch:

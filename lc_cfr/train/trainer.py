@@ -668,20 +668,17 @@ class Trainer:
         row = self.evaluate_bots(state)
         every = self.evaluation["exploitability_every"]
         if every and state.iteration % every == 0:
-            views = {"average_strategy": state.strategy_params, "current": state.advantage_params}
-            chosen = {v: views[v] for v in self.evaluation["views"] if v in views}
-            snapshots = None
-            if SD_CFR in self.evaluation["views"]:
-                snapshots = Snapshots(state.sd_advantage, state.sd_count)
-            figures = self.exploitability(
-                strategy_params=chosen.get("average_strategy"),
-                advantage_params=chosen.get("current"),
-                snapshots=snapshots,
-            )
+            figures = self.exploitability.of_views(self.policy_views(state))
             for view, values in figures.items():
                 row[f"exploitability/{view}"] = values["exploitability"]
-            row["exploitability/uniform"] = self.exploitability.uniform()["exploitability"]
         return row
+
+    def policy_views(self, state: TrainState) -> dict:
+        """{view: its parameters} of the evaluation's `views`."""
+        views = {"average_strategy": state.strategy_params, "current": state.advantage_params}
+        if state.sd_advantage is not None:
+            views[SD_CFR] = Snapshots(state.sd_advantage, state.sd_count)
+        return {view: views[view] for view in self.evaluation["views"]}
 
     def evaluate_bots(self, state: TrainState) -> dict:
         """Mirrored evaluation against bots on its schedule ({} when off)."""
@@ -693,13 +690,10 @@ class Trainer:
             opponents, games = plan["opponents"], plan["games"]
         else:
             return {}
-        views = {"average_strategy": state.strategy_params, "current": state.advantage_params}
-        if state.sd_advantage is not None:
-            views[SD_CFR] = Snapshots(state.sd_advantage, state.sd_count)
         return evaluate(
             self.rules,
             self.spec,
-            {view: views[view] for view in plan["views"]},
+            self.policy_views(state),
             opponents=opponents,
             games=games,
             view_modes=plan["mode"],
