@@ -433,7 +433,7 @@ def test_evaluator_refuses_bad_arguments():
     with pytest.raises(ValueError, match="fallback"):
         ExploitabilityEvaluator(rules, _spec(rules), fallback="softmax")
     evaluator = ExploitabilityEvaluator(rules, _spec(rules))
-    with pytest.raises(ValueError, match="strategy_params and/or advantage_params"):
+    with pytest.raises(ValueError, match="strategy_params, advantage_params and/or snapshots"):
         evaluator()
     with pytest.raises(ValueError, match="advantage_params"):
         evaluator(advantage_params=mlp.init_params(_spec(rules), jax.random.PRNGKey(0)))
