@@ -185,8 +185,8 @@ def _classic(config: ml_collections.ConfigDict) -> None:
 
 
 def _small(config: ml_collections.ConfigDict) -> None:
-    """A 3-colour game and a 128x2 network: ~1 s per iteration on a 2-core CPU, for
-    learning experiments (docs/experiments.md)."""
+    """A 3-colour game and a 128x2 network for learning experiments: about 20 s per
+    iteration on a 2-core CPU shared with a second run (docs/experiments.md)."""
     config.rules.n_colors = 3
     config.rules.hand_size = 6
     config.rules.max_turns = 60

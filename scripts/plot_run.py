@@ -8,6 +8,10 @@ Four panels, one line per run (runs are overlaid for comparison):
 
     .venv/bin/python scripts/plot_run.py RUN_DIR [RUN_DIR ...] [--out curves.png]
         [--opponents safe_heuristic,passive_discard] [--views current] [--json curves.json]
+        [--panels margins,losses,timings,anatomy]
+
+With many runs overlaid, `--panels margins` draws the evaluation margins alone, large
+enough for the legend.
 """
 
 from __future__ import annotations
@@ -56,14 +60,32 @@ def eval_series(rows: list[dict], opponents=None, views=None) -> dict:
     return series
 
 
+VIEW_STYLES = {"current": "-", "average_strategy": "--", "sd_cfr": ":"}
+PANELS = ("margins", "losses", "timings", "anatomy")
+
+
 def scalar_series(rows: list[dict], key: str) -> list[tuple[int, float]]:
     return [(row["iteration"], row[key]) for row in rows if key in row]
 
 
-def plot(runs: list[pathlib.Path], out: pathlib.Path, opponents=None, views=None) -> dict:
-    """Draws the four panels into `out`; returns the plotted numbers per run."""
-    fig, axes = plt.subplots(2, 2, figsize=(14, 9))
-    (ax_eval, ax_loss), (ax_time, ax_zero) = axes
+def plot(
+    runs: list[pathlib.Path], out: pathlib.Path, opponents=None, views=None, panels=PANELS
+) -> dict:
+    """Draws the chosen panels into `out`; returns the plotted numbers per run."""
+    unknown = sorted(set(panels) - set(PANELS))
+    if unknown or not panels:
+        raise ValueError(f"panels {unknown or panels} unknown; choose from {list(PANELS)}")
+    rows_cols = (1, 1) if len(panels) == 1 else (1, 2) if len(panels) == 2 else (2, 2)
+    size = (10, 6) if len(panels) == 1 else (14, 4.5 * rows_cols[0])
+    fig, grid = plt.subplots(*rows_cols, figsize=size, squeeze=False)
+    axes = grid.flat[: len(panels)]
+    for spare in grid.flat[len(panels) :]:
+        spare.remove()
+    # A panel that is not drawn gets a throw-away axis, so the loop below stays flat.
+    spares = {name: plt.figure().add_subplot() for name in PANELS if name not in panels}
+    chosen = dict(zip(panels, axes, strict=True)) | spares
+    ax_eval, ax_loss = chosen["margins"], chosen["losses"]
+    ax_time, ax_zero = chosen["timings"], chosen["anatomy"]
     styles = ["-", "--", ":", "-."]
     numbers = {}
     for index, run in enumerate(runs):
@@ -71,10 +93,12 @@ def plot(runs: list[pathlib.Path], out: pathlib.Path, opponents=None, views=None
         style = styles[index % len(styles)]
         label = run.name
         evals = eval_series(rows, opponents, views)
+        # One colour per run and one line style per view, so overlaid runs stay legible.
         for (view, opponent), points in sorted(evals.items()):
             its, means, errs = zip(*points, strict=True)
             ax_eval.errorbar(
-                its, means, yerr=errs, linestyle=style, marker="o", markersize=3, capsize=2,
+                its, means, yerr=errs, color=f"C{index % 10}", marker="o", markersize=3,
+                linestyle=VIEW_STYLES.get(view, "-."), capsize=2,
                 label=f"{label}: {view} vs {opponent}",
             )  # fmt: skip
         for key in ("loss/advantage_p0", "loss/advantage_p1", "loss/strategy"):
@@ -98,13 +122,13 @@ def plot(runs: list[pathlib.Path], out: pathlib.Path, opponents=None, views=None
     ax_loss.set(title="losses", xlabel="iteration", yscale="log")
     ax_time.set(title="seconds per iteration", xlabel="iteration")
     ax_zero.set(title="share of exactly-zero advantage targets", xlabel="iteration", ylim=(0, 1))
-    for ax in axes.flat:
+    for ax in axes:
         if ax.has_data():
             ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
-    plt.close(fig)
+    plt.close("all")
     return numbers
 
 
@@ -115,13 +139,17 @@ def main() -> None:
     parser.add_argument("--opponents", default="", help="comma-separated bots (default all)")
     parser.add_argument("--views", default="", help="comma-separated views (default all)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--panels", default=",".join(PANELS), help="comma-separated panels")
     args = parser.parse_args()
     for run in args.runs:
         if not (run / "metrics.jsonl").exists():
             parser.error(f"{run} has no metrics.jsonl (not a run directory?)")
     out = args.out or args.runs[0] / "curves.png"
     split = lambda text: tuple(x for x in text.split(",") if x) or None  # noqa: E731
-    numbers = plot(args.runs, out, split(args.opponents), split(args.views))
+    panels = split(args.panels) or ()
+    if set(panels) - set(PANELS):
+        parser.error(f"--panels: unknown {sorted(set(panels) - set(PANELS))}; valid {PANELS}")
+    numbers = plot(args.runs, out, split(args.opponents), split(args.views), panels)
     print(f"wrote {out}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(numbers, indent=1) + "\n")

@@ -42,12 +42,20 @@ def test_best_response_then_plots(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     numbers = json.loads((tmp_path / "n.json").read_text())
     assert numbers[str(run)]["iterations"] == 1
+    _script("plot_run.py", run, run, "--panels=margins", f"--out={tmp_path / 'm.png'}")
+    assert (tmp_path / "m.png").stat().st_size > 10_000
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("plot_run.py", run, "--panels=margins,speed")
+    assert "--panels: unknown ['speed']" in failure.value.stderr
 
     reference = ROOT / "docs" / "openspiel_reference.json"
     _script(
         "plot_exploitability.py", run, f"--reference={reference}", f"--out={tmp_path / 'x.png'}"
     )
     assert (tmp_path / "x.png").stat().st_size > 10_000
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("plot_exploitability.py", run, "--views=average")
+    assert "--views: choose from" in failure.value.stderr
 
 
 def test_best_response_refuses_unknown_fields(tmp_path):
