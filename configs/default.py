@@ -21,11 +21,11 @@ import ml_collections
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """Returns the config; `preset` is the text after the colon (e.g. 'smoke')."""
     config = ml_collections.ConfigDict()
-    config.seed = 0  # every random choice derives from it (SPEC section 2)
+    config.seed = 0  # every random choice derives from it (docs/design.md section 2)
     # Utility = score difference / utility_scale: keeps regret targets near unit scale.
     config.utility_scale = 100.0  # points per utility unit
 
-    # The game variant (SPEC section 1, docs/game.md).
+    # The game variant (docs/design.md section 1, docs/game.md).
     config.rules = ml_collections.ConfigDict()
     config.rules.n_colors = 5  # expeditions, 1..6
     config.rules.n_ranks = 9  # numbered cards per colour
@@ -47,7 +47,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.run.torch_compile = False  # torch.compile the torch networks (docs/performance.md)
 
     config.traversal = ml_collections.ConfigDict()
-    config.traversal.backend = "jax"  # jax | recursive | interleaved | server (SPEC section 4)
+    # jax | recursive | interleaved | server (docs/design.md section 4)
+    config.traversal.backend = "jax"
     # per player per iteration: each gives one expanded decision (external, sampled)
     config.traversal.traversals_per_player = 1024
     config.traversal.lanes = 512  # jax: traversals in flight at once (lockstep)

@@ -1,4 +1,4 @@
-"""JAX engine vs Cython engine, bit for bit (SPEC section 6).
+"""JAX engine vs Cython engine, bit for bit (docs/design.md section 6).
 
 Random legal games are played on the vmapped JAX engine and replayed on the Cython
 engine; at every decision the full public state, both players' encodings, the legal

@@ -1,11 +1,11 @@
-"""The Cython + torch backends against `jax` (SPEC section 6), and their machinery.
+"""The Cython + torch backends against `jax` (docs/design.md section 6), and their machinery.
 
-Every SPEC section 3 mode runs through `recursive` and `interleaved` (in-process, so a
-case costs milliseconds) and a representative subset through `server` (a real server
-process): each must give the lockstep backend's sample set, the same information
-states, masks and slots, targets within TARGET_RTOL / TARGET_ATOL, and the same
-statistics; `interleaved` (suspendable contexts) and `server` must give the samples of
-`recursive` (C recursion) bit for bit.
+Every mode of docs/design.md section 3 that they implement runs through `recursive` and
+`interleaved` (in-process, so a case costs milliseconds) and a representative subset
+through `server` (a real server process): each must give the lockstep backend's sample
+set, the same information states, masks and slots, targets within TARGET_RTOL /
+TARGET_ATOL, and the same statistics; `interleaved` (suspendable contexts) and `server`
+must give the samples of `recursive` (C recursion) bit for bit.
 
 The test networks are dyadic (tests/traversal_helpers.py), so flax and torch forwards
 agree bit for bit and every sampled action is the same; the targets still differ in the

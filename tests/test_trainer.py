@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "configs"))
 import default as default_config  # noqa: E402
 
+# Metric keys every run writes (docs/design.md section 5.2).
 SPEC_KEYS = [
     "iteration_seconds",
     "traversal_seconds",

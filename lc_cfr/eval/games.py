@@ -1,11 +1,11 @@
 """Evaluation games in lockstep: an agent against an opponent bot, every deal mirrored.
 
 Games. `games` (even) games are played: deal g = 0 .. games/2 - 1 is
-`engine.init(rules, seed, g, iteration=0)`, the shared generator's deal (SPEC section 2).
-Training traversals deal with iterations >= 1, so an evaluation deal never coincides with
-a training deal, and every checkpoint and backend meets the same deals. Each deal is
-played twice, the agent seated as player 0 and then as player 1 (seat s). The game of
-(deal g, seat s) has the game id `2 * g + s`.
+`engine.init(rules, seed, g, iteration=0)`, the shared generator's deal (docs/design.md
+section 2.2). Training traversals deal with iterations >= 1, so an evaluation deal never
+coincides with a training deal, and every checkpoint and backend meets the same deals.
+Each deal is played twice, the agent seated as player 0 and then as player 1 (seat s).
+The game of (deal g, seat s) has the game id `2 * g + s`.
 
 Randomness. Every draw is a pure function of counters, never of the order games run in:
 

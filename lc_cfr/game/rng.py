@@ -1,4 +1,4 @@
-"""The shared counter-based generator (SPEC section 2).
+"""The shared counter-based generator (docs/design.md section 2).
 
 Every random choice in lc_cfr is `random_bits(seed, iteration, index, counter, purpose)`:
 MurmurHash3 x86_32 (Austin Appleby, public domain) of the five uint32 words, hash seed

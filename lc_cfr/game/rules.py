@@ -40,7 +40,7 @@ def _pow2_scale(maximum: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Rules:
-    """A Lost Cities variant (SPEC section 1). Defaults are the classic game."""
+    """A Lost Cities variant (docs/design.md section 1). Defaults are the classic game."""
 
     n_colors: int = 5
     n_ranks: int = 9

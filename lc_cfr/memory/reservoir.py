@@ -1,4 +1,4 @@
-"""Fixed-capacity reservoir memories held as contiguous device arrays (SPEC: memories).
+"""Fixed-capacity reservoir memories held as contiguous device arrays (docs/design.md section 3.7).
 
 Deep CFR keeps its advantage and strategy samples in reservoir buffers: after n samples
 have been offered, every one of them is in the buffer with the same probability

@@ -1,8 +1,9 @@
-"""The Cython + torch backends `recursive`, `interleaved` and `server` (SPEC section 4).
+"""The Cython + torch backends `recursive`, `interleaved` and `server`.
 
-All three run the C traversal of `lc_cfr/traversal/cy_traversal.pyx` in a pool of
-`num_workers` spawned processes, `chunk_size` traversals per task, and differ in who
-evaluates the networks and how many traversals a worker advances together:
+All three (docs/design.md section 4) run the C traversal of
+`lc_cfr/traversal/cy_traversal.pyx` in a pool of `num_workers` spawned processes,
+`chunk_size` traversals per task, and differ in who evaluates the networks and how many
+traversals a worker advances together:
 
 * `recursive`: one traversal at a time per worker, by recursion in C
   (`RecursiveTraversal`), a batch-1 torch forward per decision in the worker (the

@@ -71,7 +71,7 @@ def run_chunk(
         core: the process's traversal core.
         evaluate: raw network outputs [R, A] float32 for rows (net_ids [R], obs [R, E]).
         max_batch: rows per `evaluate` call at most; more posed rows are split.
-        seed, iteration, traverser: the call's counters (SPEC section 2).
+        seed, iteration, traverser: the call's counters (docs/design.md section 2.2).
         game_base: game index of traversal 0 of the quota (traverser * quota).
         start, count: the chunk within the quota.
         league_count: valid league snapshots.

@@ -1,4 +1,4 @@
-"""The one registry of traversal backends (SPEC section 4).
+"""The one registry of traversal backends (docs/design.md section 4).
 
 A backend turns (networks, iteration, traverser) into fixed-slot `Samples` and a dict of
 statistics; the trainer does the rest. `traversal.backend` picks one by name.

@@ -1,4 +1,4 @@
-"""The Deep CFR training loop that every backend sits behind (SPEC sections 3 to 5).
+"""The Deep CFR training loop that every backend sits behind (docs/design.md sections 3 to 5).
 
 Each iteration t = 1, 2, ...: for each player p, the backend runs the traversals with p
 as traverser, their samples enter p's advantage memory and the strategy memory, and p's

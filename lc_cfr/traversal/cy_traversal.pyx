@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The Deep CFR traversal in C for the Cython + torch backends (SPEC sections 3 and 4).
+"""The Deep CFR traversal in C for the Cython + torch backends (docs/design.md sections 3 and 4).
 
 Two walks share one set of per-node routines (policies from network outputs, sampling,
 sample rows, values at the end of a path):

@@ -5,16 +5,17 @@ step, every lane at a decision is encoded, all of them are evaluated in one batc
 forward, regret-matched and advanced; a lane whose traversal ends takes the next one of
 the iteration's quota. The whole iteration is one jitted `lax.while_loop`.
 
-Semantics are SPEC section 3 (Deep CFR, Brown et al. 2019, arXiv:1811.00164; outcome
-sampling after Lanctot et al. 2009). `reference.py` states the same traversal as plain
-recursion, one traversal at a time, and the tests hold the two to the same samples.
+Semantics are docs/design.md section 3 (Deep CFR, Brown et al. 2019, arXiv:1811.00164;
+outcome sampling after Lanctot et al. 2009). `reference.py` states the same traversal as
+plain recursion, one traversal at a time, and the tests hold the two to the same samples.
 
-Beyond SPEC, two families of estimators reach past the first turns (docs/experiments.md
-measures why that matters): external sampling expanded at a sampled decision
-(`expand_at='sampled'`: one on-policy path to a decision index drawn per traversal, the
-node's children each played out on-policy from the same random numbers), and outcome
-sampling that reads a learned history value network (`outcome_estimator`: the VR-MCCFR
-baseline or ESCHER-style value regrets, `policy.baseline_path_targets`).
+Beyond Brown et al.'s modes, two families of estimators reach past the first turns
+(docs/design.md sections 3.3 and 3.4; docs/experiments.md measures why that matters):
+external sampling expanded at a sampled decision (`expand_at='sampled'`: one on-policy
+path to a decision index drawn per traversal, the node's children each played out
+on-policy from the same random numbers), and outcome sampling that reads a learned
+history value network (`outcome_estimator`: the VR-MCCFR baseline or ESCHER-style value
+regrets, `policy.baseline_path_targets`).
 
 Lane modes: IDLE (waiting for a traversal), DECIDE (at a decision that needs a policy),
 RETURN (external sampling: handing a value up to the top stack frame) and ROLLOUT

@@ -1,4 +1,4 @@
-"""Per-node policy arithmetic shared by every traversal (SPEC section 3).
+"""Per-node policy arithmetic shared by every traversal (docs/design.md sections 2.3 and 3).
 
 Regret matching, exploration, sampling and the outcome-sampling regret targets of Deep
 CFR (Brown et al. 2019, arXiv:1811.00164) with the outcome-sampling estimator of MCCFR

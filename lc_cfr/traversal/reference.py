@@ -1,10 +1,11 @@
 """The Deep CFR traversal as plain recursion, one traversal at a time (the reference).
 
-This states SPEC section 3 the way the paper writes it, with no lanes, stacks or
-batches: every node is encoded and evaluated alone (batch 1). It is slow on purpose and
-exists so that the tests can hold the lockstep backend (`lockstep.py`), and later the
-Cython backends, to exactly the same samples, draw for draw: the random draws come from
-the same counters, the per-node arithmetic from the same functions of `policy.py`.
+This states docs/design.md section 3 the way the paper writes it, with no lanes,
+stacks or batches: every node is encoded and evaluated alone (batch 1). It is slow on
+purpose and exists so that the tests can hold the lockstep backend (`lockstep.py`), and
+later the Cython backends, to exactly the same samples, draw for draw: the random draws
+come from the same counters, the per-node arithmetic from the same functions of
+`policy.py`.
 """
 
 from __future__ import annotations
