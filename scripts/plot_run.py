@@ -93,12 +93,14 @@ def plot(
         style = styles[index % len(styles)]
         label = run.name
         evals = eval_series(rows, opponents, views)
-        # One colour per run and one line style per view, so overlaid runs stay legible.
+        # One colour per run, one line style per view and one marker per opponent, so
+        # overlaid runs stay legible.
+        markers = {name: "os^Dv<>p"[i % 8] for i, name in enumerate(sorted({o for _, o in evals}))}
         for (view, opponent), points in sorted(evals.items()):
             its, means, errs = zip(*points, strict=True)
             ax_eval.errorbar(
-                its, means, yerr=errs, color=f"C{index % 10}", marker="o", markersize=3,
-                linestyle=VIEW_STYLES.get(view, "-."), capsize=2,
+                its, means, yerr=errs, color=f"C{index % 10}", marker=markers[opponent],
+                markersize=4, linestyle=VIEW_STYLES.get(view, "-."), capsize=2,
                 label=f"{label}: {view} vs {opponent}",
             )  # fmt: skip
         for key in ("loss/advantage_p0", "loss/advantage_p1", "loss/strategy"):
