@@ -5,8 +5,10 @@
         [--seed=S] [--lanes=L] [--json=PATH] [--exploitability]
     python -m lc_cfr.evaluate --agent=safe_heuristic [--rules=n_colors=2,hand_size=3] ...
 
-With --workdir the run's config is rebuilt from RUN/config.json and checkpoint STEP (the
-latest by default) is restored; its policy views are evaluated (`average_strategy`, the
+With --workdir the run's config is read from RUN/config.json and the networks of
+checkpoint STEP (the latest by default) are loaded (`lc_cfr.train.saved_networks`: no
+trainer and no traversal backend is built, so a run trained on any backend or device
+evaluates on a CPU machine); its policy views are evaluated (`average_strategy`, the
 strategy network; `current`, regret matching on the advantage networks with the run's
 `regret_matching.all_negative_fallback`). With --agent the named bot plays the evaluated
 seat instead, on the default rules or those of --rules. Every deal is played twice with
@@ -173,29 +175,24 @@ def run_request(request: Request) -> dict:
         )
         document.update(agent=request.agent, rules=request.rules.to_dict())
     else:
-        from lc_cfr.train.trainer import Trainer, read_run_config
+        from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
 
-        config = read_run_config(pathlib.Path(request.workdir) / "config.json")
         try:
-            trainer = Trainer(config, request.workdir)
-            iteration, advantage, strategy = trainer.load_networks(request.checkpoint)
-        except FileNotFoundError as error:
+            networks = load_saved_networks(request.workdir, request.checkpoint)
+        except CheckpointNotFoundError as error:
             raise app.UsageError(f"--checkpoint: {error}") from None
-        except ValueError as error:
+        except (FileNotFoundError, ValueError) as error:
             raise app.UsageError(f"--workdir {request.workdir}: {error}") from None
-        available = {"average_strategy": strategy, "current": tuple(advantage)}
-        if SD_CFR in request.views:
-            snapshots = trainer.load_snapshots(iteration)
-            if snapshots is None:
-                raise app.UsageError(
-                    f"--views sd_cfr: the run {request.workdir} keeps no snapshots "
-                    "(sd_cfr.snapshots was 0)"
-                )
-            available[SD_CFR] = snapshots
-        fallback = config.regret_matching.all_negative_fallback
+        available = networks.policy_views()
+        if SD_CFR in request.views and SD_CFR not in available:
+            raise app.UsageError(
+                f"--views sd_cfr: the run {request.workdir} keeps no snapshots "
+                "(sd_cfr.snapshots was 0)"
+            )
+        fallback = networks.config.regret_matching.all_negative_fallback
         metrics = evaluate(
-            trainer.rules,
-            trainer.spec,
+            networks.rules,
+            networks.spec,
             {view: available[view] for view in request.views},
             opponents=request.opponents,
             games=request.games,
@@ -206,26 +203,27 @@ def run_request(request: Request) -> dict:
         )
         document.update(
             workdir=str(request.workdir),
-            checkpoint=iteration,
+            checkpoint=networks.iteration,
             views=list(request.views),
             mode=request.mode,
             fallback=fallback,
-            rules=trainer.rules.to_dict(),
+            rules=networks.rules.to_dict(),
         )
     document["metrics"] = metrics
     if request.exploitability:
-        document["exploitability"] = _exploitability(config, trainer, available, request.views)
+        document["exploitability"] = _exploitability(networks, request.views)
     return document
 
 
-def _exploitability(config, trainer, available: dict, views) -> dict:
+def _exploitability(networks, views) -> dict:
     """Exact figures of the views (points), and the uniform policy's for reference."""
     from lc_cfr.train.trainer import exploitability_evaluator
 
     try:
-        evaluator = exploitability_evaluator(config, trainer.rules, trainer.spec)
+        evaluator = exploitability_evaluator(networks.config, networks.rules, networks.spec)
     except ValueError as error:
         raise app.UsageError(f"--exploitability: {error}") from None
+    available = networks.policy_views()
     return evaluator.of_views({view: available[view] for view in views})
 
 

@@ -62,15 +62,15 @@ import jax
 import jax.numpy as jnp
 
 from lc_cfr.nets import mlp
-from lc_cfr.train.backends import make_backend
 from lc_cfr.train.trainer import (
     options_from_config,
     rules_from_config,
     spec_from_config,
     worker_settings_from_config,
 )
-from lc_cfr.traversal import lockstep
+from lc_cfr.traversal import api
 from lc_cfr.traversal import policy as pol
+from lc_cfr.traversal.registry import make_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 # the modes every backend implements (and the ones docs/performance.md measured)
@@ -99,20 +99,19 @@ def load_config(arg: str):
     return module.get_config(preset)
 
 
-def options_for(config, lanes: int, traversals: int, sampling_mode: str):
-    """The trainer's TraversalOptions with lanes, quota and sampling mode overridden."""
+def options_for(config, traversals: int, sampling_mode: str):
+    """The trainer's TraversalOptions with the quota and sampling mode overridden."""
     config = config.copy_and_resolve_references()
-    config.traversal.lanes = lanes
     config.traversal.traversals_per_player = traversals
     config.traversal.sampling_mode = sampling_mode
     return options_from_config(config)
 
 
-def random_networks(spec: mlp.NetworkSpec, seed: int) -> lockstep.Networks:
+def random_networks(spec: mlp.NetworkSpec, seed: int) -> api.Networks:
     """Random parameters: advantage (player 0, player 1), strategy, league of 1 copy."""
     keys = jax.random.split(jax.random.PRNGKey(seed), 3)
     adv0, adv1, strategy = (mlp.init_params(spec, k) for k in keys)
-    return lockstep.Networks(
+    return api.Networks(
         advantage=(adv0, adv1),
         strategy=strategy,
         league=jax.tree.map(lambda x: x[None], strategy),
@@ -184,8 +183,10 @@ class ForwardTimer:
 
 
 def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) -> dict:
-    options = options_for(config, lanes, traversals, mode)
-    backend = make_backend("jax", rules=rules, spec=spec, options=options, settings=None)
+    options = options_for(config, traversals, mode)
+    backend = make_backend(
+        "jax", rules=rules, spec=spec, options=options, lanes=lanes, workers=None
+    )
     seed = int(config.seed)
 
     def traverse(iteration, traverser):
@@ -261,7 +262,8 @@ def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) ->
 def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dict]:
     """Every backend of `names` on the same options, networks and iterations."""
     quota = args.traversals or int(config.traversal.traversals_per_player)
-    options = options_for(config, min(int(config.traversal.lanes), quota), quota, mode)
+    options = options_for(config, quota, mode)
+    lanes = min(int(config.traversal.lanes), quota)
     settings = worker_settings_from_config(config)._replace(num_workers=args.workers)
     seed = int(config.seed)
     rows = []
@@ -272,7 +274,9 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
             raise SystemExit(f"unknown backend option(s) {sorted(unknown)} in {label!r}")
         variant = settings._replace(use_amp="amp" in extras, compile="compile" in extras)
         started = time.perf_counter()
-        backend = make_backend(name, rules=rules, spec=spec, options=options, settings=variant)
+        backend = make_backend(
+            name, rules=rules, spec=spec, options=options, lanes=lanes, workers=variant
+        )
         try:
             call = functools.partial(backend.traverse, networks, seed=seed)
             _, warm_seconds, _ = timed(functools.partial(call, iteration=1, traverser=0))
@@ -395,9 +399,7 @@ def main() -> None:
         default=0,
         help="traversals per call; 0 = max(config traversals_per_player, lanes)",
     )
-    parser.add_argument(
-        "--sampling-mode", choices=lockstep.SAMPLING_MODES, help="default: the config's"
-    )
+    parser.add_argument("--sampling-mode", choices=api.SAMPLING_MODES, help="default: the config's")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per lanes value")
     parser.add_argument(
         "--forward-rows",

@@ -33,7 +33,7 @@ from traversal_helpers import options
 from lc_cfr.game import engine
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
-from lc_cfr.traversal import lockstep
+from lc_cfr.traversal import api, lockstep
 from lc_cfr.traversal import policy as pol
 
 RULES = Rules(n_colors=1, n_ranks=7, min_rank=2, n_wagers=0, hand_size=2, max_turns=6)
@@ -48,7 +48,7 @@ SPEC = mlp.NetworkSpec(
     n_cards=RULES.n_cards,
     own_known_input=False,
 )
-VALUE_SPEC = lockstep.value_spec(RULES, SPEC)
+VALUE_SPEC = api.value_spec(RULES, SPEC)
 SEED, ITERATION, TRAVERSER = 7, 2, 0
 NUM_TRAVERSALS = 20_000
 LANES = 500
@@ -63,7 +63,7 @@ Z_AGREE = 4.0  # |mean difference| allowed, in standard errors
 Z_BIAS = 6.0  # `zero` must miss the exact regret by more, for some action
 
 
-def _fixed_networks() -> lockstep.Networks:
+def _fixed_networks() -> api.Networks:
     """Flax-initialised advantage networks, with hidden unit 0 rewired to relu(1 - turn).
 
     That unit is 1 on turn 0 and 0 afterwards, and its output weights add
@@ -89,7 +89,7 @@ def _fixed_networks() -> lockstep.Networks:
     # baseline, so its root targets must still average to the exact regret
     value = mlp.init_params(VALUE_SPEC, jax.random.PRNGKey(NETWORK_KEY + 1))
     value["output"]["bias"] = value["output"]["bias"] + 0.3
-    return lockstep.Networks(
+    return api.Networks(
         advantage=tuple(advantage),
         strategy=advantage[0],  # unused: opponent_policy is 'network'
         league=jax.tree.map(lambda x: x[None], advantage[0]),
@@ -98,10 +98,9 @@ def _fixed_networks() -> lockstep.Networks:
     )
 
 
-def _options(unsampled_regret: str, estimator: str = "importance") -> lockstep.TraversalOptions:
+def _options(unsampled_regret: str, estimator: str = "importance") -> api.TraversalOptions:
     return options(
         num_traversals=NUM_TRAVERSALS,
-        lanes=LANES,
         epsilon=EPSILON,
         value_clip=0.0,
         unsampled_regret=unsampled_regret,
@@ -160,7 +159,7 @@ def exact_root_values(advantage, decks: np.ndarray):
     players follow their regret-matching policies (float64, 0 on illegal actions), and
     the legal root actions.
     """
-    factor = np.float64(lockstep.utility_factor(UTILITY_SCALE))
+    factor = np.float64(api.utility_factor(UTILITY_SCALE))
     frontier = jax.vmap(functools.partial(engine.init_from_deck, RULES))(jnp.asarray(decks))
     levels = []  # per depth: (nodes, parent, action, sigma, child terminal, child returns)
     count = len(decks)
@@ -195,7 +194,7 @@ class Estimates:
 
     def __init__(self):
         nets = _fixed_networks()
-        per_traversal, _ = lockstep.slots_per_traversal(RULES, _options("zero"))
+        per_traversal, _ = api.slots_per_traversal(RULES, _options("zero"))
         roots = np.arange(NUM_TRAVERSALS) * per_traversal  # node 0 of every traversal
         self.targets, self.info, self.sample_mask, self.stats = {}, {}, {}, {}
         runs = [(mode, _options(mode)) for mode in pol.UNSAMPLED_REGRET_MODES]
@@ -206,6 +205,7 @@ class Estimates:
                 SPEC,
                 opts,
                 nets,
+                lanes=LANES,
                 seed=SEED,
                 iteration=ITERATION,
                 traverser=TRAVERSER,

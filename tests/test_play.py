@@ -6,13 +6,15 @@ import pathlib
 import subprocess
 import sys
 
+import chex
 import jax
 import numpy as np
 import pytest
 
-from lc_cfr import play
+from lc_cfr import terminal_game
 from lc_cfr.game import engine
 from lc_cfr.train import Trainer
+from lc_cfr.train.saved_networks import load_saved_networks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "configs"))
@@ -38,7 +40,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def game(run_dir):
-    return play.Game(play.load_agent(run_dir))
+    return terminal_game.Game(terminal_game.load_agent(run_dir))
 
 
 def _play(*args, stdin=""):
@@ -126,18 +128,28 @@ def test_errors_are_one_line(run_dir, tmp_path, args, message):
 
 def test_missing_checkpoint_is_named(tmp_path):
     (tmp_path / "config.json").write_text(_smoke_config().to_json())
-    with pytest.raises(play.PlayError, match="no checkpoint in"):
-        play.load_agent(tmp_path)
+    with pytest.raises(terminal_game.PlayError, match="no checkpoint in"):
+        terminal_game.load_agent(tmp_path)
 
 
 def test_agent_is_the_checkpointed_strategy_network(run_dir):
-    agent = play.load_agent(run_dir)
+    agent = terminal_game.load_agent(run_dir)
     state, _ = Trainer(_smoke_config(), run_dir).restore()
     assert agent.iteration == state.iteration == 1
     for a, b in zip(
         jax.tree.leaves(agent.params), jax.tree.leaves(state.strategy_params), strict=True
     ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_saved_networks_are_the_trainers(run_dir):
+    saved = load_saved_networks(run_dir)
+    trainer = Trainer(_smoke_config(), run_dir)
+    state, _ = trainer.restore()  # the trainer's whole state, memories included
+    assert saved.iteration == state.iteration == 1 and saved.snapshots is None
+    assert saved.rules == trainer.rules and saved.spec == trainer.spec
+    chex.assert_trees_all_equal(saved.advantage, tuple(state.advantage_params))
+    chex.assert_trees_all_equal(saved.strategy, state.strategy_params)
 
 
 def test_parse_explains_illegal_moves(game):
@@ -165,7 +177,7 @@ def test_parse_explains_illegal_moves(game):
     assert "No move 4: choose a number from 1 to 3" in message("4")  # only the 3 discards
     assert game.parse("1", s, mask) == (h, None)  # discard slot 1
     assert game.parse(" D 2 ", s, mask) == (h + 1, None)
-    assert game.parse("QUIT", s, mask) == (play.QUIT, None)
+    assert game.parse("QUIT", s, mask) == (terminal_game.QUIT, None)
 
     state = step(state, np.int32(h))  # discard yellow W
     s = jax.device_get(state)

@@ -18,9 +18,9 @@ from lc_cfr.traversal import lockstep
 assert jax.local_device_count() == 4, jax.devices()
 nets = networks(seed=3)
 for mode in ("outcome", "external"):
-    opts = options(sampling_mode=mode, num_traversals=8, lanes=4)
+    opts = options(sampling_mode=mode, num_traversals=8)
     run = lambda n: jax.device_get(lockstep.run_traversals(
-        TINY, SPEC, opts, nets, seed=5, iteration=2, traverser=1, devices=n))
+        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n))
     (one, one_stats), (four, four_stats) = run(1), run(4)
     for a, b in zip(one, four, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -28,8 +28,8 @@ for mode in ("outcome", "external"):
         assert int(getattr(one_stats, name)) == int(getattr(four_stats, name)), name
     assert one.advantage_valid.any()
 try:
-    lockstep.run_traversals(TINY, SPEC, options(num_traversals=6, lanes=6), nets,
-                            seed=5, iteration=2, traverser=1)
+    lockstep.run_traversals(TINY, SPEC, options(num_traversals=6), nets,
+                            lanes=6, seed=5, iteration=2, traverser=1)
     raise SystemExit("6 traversals over 4 devices should be refused")
 except ValueError as error:
     assert "traversal.traversals_per_player" in str(error)

@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 
 from lc_cfr.train import Trainer
-from lc_cfr.train.backends import WorkerSettings, make_backend
-from lc_cfr.traversal import lockstep
+from lc_cfr.traversal import api, lockstep
+from lc_cfr.traversal.registry import WorkerSettings, make_backend
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from traversal_helpers import SPEC, TINY, lockstep_records, networks, options  # noqa: E402
@@ -96,9 +96,9 @@ def settings(**overrides):
 
 def jax_result(opts, traverser):
     samples, stats = lockstep.run_traversals(
-        TINY, SPEC, opts, NETWORKS, seed=5, iteration=3, traverser=traverser
+        TINY, SPEC, opts, NETWORKS, lanes=5, seed=5, iteration=3, traverser=traverser
     )
-    return samples, lockstep.TraversalStats(*(int(x) for x in stats))
+    return samples, api.TraversalStats(*(int(x) for x in stats))
 
 
 def assert_same_samples(got, want, opts, *, exact=False) -> dict:
@@ -106,7 +106,7 @@ def assert_same_samples(got, want, opts, *, exact=False) -> dict:
 
     Returns the number of samples of each kind.
     """
-    per = lockstep.slots_per_traversal(TINY, opts)
+    per = api.slots_per_traversal(TINY, opts)
     got, want = lockstep_records(got, *per), lockstep_records(want, *per)
     for kind in ("advantage", "strategy"):
         assert sorted(got[kind]) == sorted(want[kind]), kind
@@ -123,7 +123,7 @@ def assert_same_samples(got, want, opts, *, exact=False) -> dict:
     return {kind: len(want[kind]) for kind in want}
 
 
-def assert_same_stats(stats, want: lockstep.TraversalStats):
+def assert_same_stats(stats, want: api.TraversalStats):
     assert {k: stats[k] for k in EXACT_STATS} == {
         "nodes": want.nodes,
         "terminals": want.terminals,
@@ -138,7 +138,7 @@ def assert_same_stats(stats, want: lockstep.TraversalStats):
 
 def run_backend(name, opts, traverser, **overrides):
     backend = make_backend(
-        name, rules=TINY, spec=SPEC, options=opts, settings=settings(**overrides)
+        name, rules=TINY, spec=SPEC, options=opts, lanes=5, workers=settings(**overrides)
     )
     try:
         return backend.traverse(NETWORKS, seed=5, iteration=3, traverser=traverser)
@@ -150,7 +150,7 @@ def run_backend(name, opts, traverser, **overrides):
 def test_recursive_and_interleaved_match_jax(case):
     """recursive ~ jax (within tolerance); interleaved == recursive (bit for bit: the two
     C walks share their per-node arithmetic and differ only in control flow)."""
-    opts = options(num_traversals=QUOTA, lanes=5, **CASES[case])
+    opts = options(num_traversals=QUOTA, **CASES[case])
     counts = {"advantage": 0, "strategy": 0}
     for traverser in (0, 1):
         want, want_stats = jax_result(opts, traverser)
@@ -172,7 +172,7 @@ def test_recursive_and_interleaved_match_jax(case):
 
 @pytest.mark.parametrize("case", SERVER_CASES)
 def test_server_matches_jax(case):
-    opts = options(num_traversals=QUOTA, lanes=5, **CASES[case])
+    opts = options(num_traversals=QUOTA, **CASES[case])
     want, want_stats = jax_result(opts, 1)
     got, stats = run_backend("server", opts, 1)
     assert_same_samples(got, want, opts)
@@ -184,7 +184,7 @@ def test_server_matches_jax(case):
 
 @pytest.mark.parametrize("name", ["recursive", "interleaved", "server"])
 def test_worker_pool_gives_the_in_process_samples(name):
-    opts = options(num_traversals=QUOTA, lanes=5, **CASES["outcome_league"])
+    opts = options(num_traversals=QUOTA, **CASES["outcome_league"])
     local, local_stats = run_backend(name, opts, 0)
     pooled, pooled_stats = run_backend(name, opts, 0, num_workers=2, chunk_size=3)
     assert_same_samples(pooled, local, opts, exact=True)
@@ -195,7 +195,7 @@ def test_worker_pool_gives_the_in_process_samples(name):
 
 
 def test_interleaved_batches_up_to_its_limits():
-    opts = options(num_traversals=QUOTA, lanes=5)
+    opts = options(num_traversals=QUOTA)
     wide_settings = dict(interleave_width=8, chunk_size=QUOTA)
     _, wide = run_backend("interleaved", opts, 0, interleave_max_batch=64, **wide_settings)
     _, narrow = run_backend("interleaved", opts, 0, interleave_max_batch=2, **wide_settings)
@@ -210,9 +210,9 @@ def test_interleaved_batches_up_to_its_limits():
 
 
 def test_dead_server_fails_the_traversal_quickly():
-    opts = options(num_traversals=QUOTA, lanes=5)
+    opts = options(num_traversals=QUOTA)
     backend = make_backend(
-        "server", rules=TINY, spec=SPEC, options=opts, settings=settings(num_workers=1)
+        "server", rules=TINY, spec=SPEC, options=opts, lanes=5, workers=settings(num_workers=1)
     )
     try:
         backend.traverse(NETWORKS, seed=5, iteration=3, traverser=0)  # warm: workers up
@@ -226,9 +226,9 @@ def test_dead_server_fails_the_traversal_quickly():
 
 
 def test_dead_worker_fails_the_traversal_with_a_clear_error():
-    opts = options(num_traversals=QUOTA, lanes=5)
+    opts = options(num_traversals=QUOTA)
     backend = make_backend(
-        "recursive", rules=TINY, spec=SPEC, options=opts, settings=settings(num_workers=2)
+        "recursive", rules=TINY, spec=SPEC, options=opts, lanes=5, workers=settings(num_workers=2)
     )
     try:
         backend.traverse(NETWORKS, seed=5, iteration=3, traverser=0)  # workers are up
@@ -255,7 +255,12 @@ def test_dead_worker_fails_the_traversal_with_a_clear_error():
 def test_bad_settings_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         make_backend(
-            "interleaved", rules=TINY, spec=SPEC, options=options(), settings=settings(**overrides)
+            "interleaved",
+            rules=TINY,
+            spec=SPEC,
+            options=options(),
+            lanes=5,
+            workers=settings(**overrides),
         )
 
 
@@ -271,7 +276,12 @@ def test_modes_of_the_jax_backend_only_are_refused_naming_it(overrides, field):
     for name in ("recursive", "interleaved", "server"):
         with pytest.raises(ValueError, match=field.replace(".", r"\.") + ".*jax backend only"):
             make_backend(
-                name, rules=TINY, spec=SPEC, options=options(**overrides), settings=settings()
+                name,
+                rules=TINY,
+                spec=SPEC,
+                options=options(**overrides),
+                lanes=5,
+                workers=settings(),
             )
 
 
@@ -282,7 +292,12 @@ def test_cuda_is_refused_without_a_gpu():
         pytest.skip("this machine has CUDA")
     with pytest.raises(ValueError, match=r"run\.device"):
         make_backend(
-            "server", rules=TINY, spec=SPEC, options=options(), settings=settings(device="cuda")
+            "server",
+            rules=TINY,
+            spec=SPEC,
+            options=options(),
+            lanes=5,
+            workers=settings(device="cuda"),
         )
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lc_cfr.train import Trainer, checkpoint
+from lc_cfr.train.saved_networks import load_saved_networks
 from lc_cfr.traversal import lockstep
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -196,7 +197,8 @@ def test_resume_refuses_another_config_but_allows_run_fields(tmp_path):
     Trainer(smoke_config(**{"run.max_iterations": 1}), tmp_path).run()
     with pytest.raises(ValueError, match="network.hidden_size"):
         Trainer(smoke_config(**{"network.hidden_size": 8}), tmp_path).run()
-    state = Trainer(smoke_config(**{"run.max_iterations": 2}), tmp_path).run()
+    # how the jax backend runs (lanes) never changes the samples, so it may change
+    state = Trainer(smoke_config(**{"run.max_iterations": 2, "traversal.lanes": 4}), tmp_path).run()
     assert state.iteration == 2
 
 
@@ -297,7 +299,7 @@ def test_sd_cfr_view_is_evaluated_and_resumes_exactly(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     row = _rows(tmp_path / "w")[-1]
     assert row["eval/sd_cfr/random/games"] == 8  # smoke: 8 games, 4 deals in 2 blocks
-    loaded = Trainer(smoke_config(**overrides), tmp_path / "w").load_snapshots()
+    loaded = load_saved_networks(tmp_path / "w").snapshots
     assert loaded.count == 2
     leaves = zip(
         jax.tree.leaves(loaded.advantage), jax.tree.leaves(whole.sd_advantage), strict=True

@@ -9,10 +9,10 @@ and a batch-L forward pass agree exactly.
 import jax
 import numpy as np
 import pytest
-from traversal_helpers import SPEC, TINY, lockstep_records, networks, options
+from traversal_helpers import LANES, SPEC, TINY, lockstep_records, networks, options
 
 from lc_cfr.train import anatomy
-from lc_cfr.traversal import lockstep, reference
+from lc_cfr.traversal import api, lockstep, reference
 
 CASES = {
     "outcome_lanes1": dict(lanes=1),
@@ -97,16 +97,17 @@ CASES = {
 def test_lockstep_equals_reference(case):
     settings = dict(CASES[case])
     traverser = settings.pop("traverser", 1)
+    lanes = settings.pop("lanes", LANES)
     opts = options(**settings)
     nets = networks(seed=len(case))
     samples, stats = lockstep.run_traversals(
-        TINY, SPEC, opts, nets, seed=11, iteration=3, traverser=traverser
+        TINY, SPEC, opts, nets, lanes=lanes, seed=11, iteration=3, traverser=traverser
     )
     samples, stats = jax.device_get((samples, stats))
     result = reference.ReferenceTraversal(TINY, SPEC, opts).run(
         nets, seed=11, iteration=3, traverser=traverser
     )
-    per_adv, per_strat = lockstep.slots_per_traversal(TINY, opts)
+    per_adv, per_strat = api.slots_per_traversal(TINY, opts)
     got = lockstep_records(samples, per_adv, per_strat)
     expectations = [("advantage", result.advantage), ("strategy", result.strategy)]
     if "baseline" in case or "history_value" in case:
@@ -142,8 +143,9 @@ def test_lanes_do_not_change_samples():
             lockstep.run_traversals(
                 TINY,
                 SPEC,
-                options(lanes=lanes, num_traversals=9),
+                options(num_traversals=9),
                 nets,
+                lanes=lanes,
                 seed=2,
                 iteration=1,
                 traverser=0,
@@ -176,9 +178,17 @@ def test_options_are_validated_naming_the_field():
         (dict(value_lambda=2.0), "traversal.value_lambda"),
     ]
     for overrides, field in bad:
+        lanes = overrides.pop("lanes", LANES)
         with pytest.raises(ValueError, match=field):
             lockstep.run_traversals(
-                TINY, SPEC, options(**overrides), nets, seed=0, iteration=1, traverser=0
+                TINY,
+                SPEC,
+                options(**overrides),
+                nets,
+                lanes=lanes,
+                seed=0,
+                iteration=1,
+                traverser=0,
             )
 
 
@@ -189,13 +199,13 @@ def test_sampled_expansions_reach_every_phase_of_the_game():
     phases = {}
     for expand_at in ("root", "sampled"):
         opts = options(
-            sampling_mode="external", expand_at=expand_at, max_depth=1, num_traversals=64, lanes=16
+            sampling_mode="external", expand_at=expand_at, max_depth=1, num_traversals=64
         )
         phases[expand_at] = set()
         for traverser in (0, 1):  # TINY's 6 turns: each player moves in 3 of the 4 phases
             samples, _ = jax.device_get(
                 lockstep.run_traversals(
-                    TINY, SPEC, opts, nets, seed=4, iteration=2, traverser=traverser
+                    TINY, SPEC, opts, nets, lanes=16, seed=4, iteration=2, traverser=traverser
                 )
             )
             valid = samples.advantage_valid

@@ -6,7 +6,7 @@ import numpy as np
 
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
-from lc_cfr.traversal.lockstep import Networks, TraversalOptions, value_spec
+from lc_cfr.traversal.api import Networks, TraversalOptions, value_spec
 
 TINY = Rules(
     n_colors=2, n_ranks=4, min_rank=2, n_wagers=1, hand_size=2, bonus_threshold=4, max_turns=10
@@ -19,6 +19,7 @@ SPEC = mlp.NetworkSpec(
     activation="relu",
 )
 VALUE_SPEC = value_spec(TINY, SPEC)
+LANES = 4  # traversals in flight in the jax backend unless a case says otherwise
 
 
 def dyadic_params(key, scale=0.25, spec=SPEC):
@@ -54,7 +55,6 @@ def networks(seed=0, league=3, league_count=2):
 def options(**overrides):
     base = dict(
         num_traversals=6,
-        lanes=4,
         sampling_mode="outcome",
         epsilon=0.5,
         value_clip=8.0,

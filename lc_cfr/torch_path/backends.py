@@ -45,8 +45,8 @@ from lc_cfr.torch_path.workers import (
     worker_chunk,
     worker_init,
 )
-from lc_cfr.train.backends import WorkerSettings
-from lc_cfr.traversal import lockstep
+from lc_cfr.traversal import api
+from lc_cfr.traversal.registry import WorkerSettings
 
 NAMES = ("recursive", "interleaved", "server")
 DEVICES = ("cpu", "cuda")
@@ -87,7 +87,7 @@ def check_settings(name: str, settings: WorkerSettings) -> None:
         )
 
 
-# Modes of lockstep.TraversalOptions that only the `jax` backend (and the reference)
+# Modes of api.TraversalOptions that only the `jax` backend (and the reference)
 # implement: (field, its value in the C core, config field).
 JAX_ONLY_MODES = (
     ("expand_at", "root", "traversal.expand_at"),
@@ -96,7 +96,7 @@ JAX_ONLY_MODES = (
 )
 
 
-def check_modes(name: str, options: lockstep.TraversalOptions, spec: mlp.NetworkSpec) -> None:
+def check_modes(name: str, options: api.TraversalOptions, spec: mlp.NetworkSpec) -> None:
     """Refuses, naming the field and the backends that have it, a mode the C core lacks."""
     if spec.head != "slot":
         raise ValueError(
@@ -116,32 +116,7 @@ def check_modes(name: str, options: lockstep.TraversalOptions, spec: mlp.Network
             )
 
 
-def core_options(rules: Rules, options: lockstep.TraversalOptions) -> dict:
-    """The `TraversalCore` keyword arguments for `options` (validated)."""
-    lockstep.validate_options(options, rules)
-    advantage_slots, strategy_slots = lockstep.slots_per_traversal(rules, options)
-    return dict(
-        sampling_mode=options.sampling_mode,
-        epsilon=options.epsilon,
-        value_clip=options.value_clip,
-        unsampled_regret=options.unsampled_regret,
-        max_depth=options.max_depth,
-        cutoff_turns=options.cutoff_turns,
-        cutoff_value_mode=options.cutoff_value_mode,
-        cutoff_rollouts=options.cutoff_rollouts,
-        rollout_policy=options.rollout_policy,
-        opponent_policy=options.opponent_policy,
-        strategy_samples=options.strategy_samples,
-        fallback=options.fallback,
-        utility_scale=options.utility_scale,
-        advantage_slots=advantage_slots,
-        strategy_slots=strategy_slots,
-    )
-
-
-def network_layouts(
-    spec: mlp.NetworkSpec, networks: lockstep.Networks, league_size: int
-) -> list[dict]:
+def network_layouts(spec: mlp.NetworkSpec, networks: api.Networks, league_size: int) -> list[dict]:
     """Layouts in net-id order: advantage 0, advantage 1, strategy, league 0..K-1."""
     league = [jax.tree.map(lambda x, k=k: x[k], networks.league) for k in range(league_size)]
     trees = [networks.advantage[0], networks.advantage[1], networks.strategy, *league]
@@ -157,18 +132,19 @@ class TorchBackend:
         *,
         rules: Rules,
         spec: mlp.NetworkSpec,
-        options: lockstep.TraversalOptions,
+        options: api.TraversalOptions,
         settings: WorkerSettings,
     ):
         check_settings(name, settings)
+        api.validate_options(options, rules)
         check_modes(name, options, spec)
         self.name, self.rules, self.spec, self.options = name, rules, spec, options
         self.settings = settings
-        self.slots = lockstep.slots_per_traversal(rules, options)
+        self.slots = api.slots_per_traversal(rules, options)
         # recursive and server walk one traversal at a time by recursion (width 0)
         width = settings.interleave_width if name == "interleaved" else 0
         max_batch = settings.interleave_max_batch if name == "interleaved" else 2
-        self.core_settings = CoreSettings(rules, core_options(rules, options), width, max_batch)
+        self.core_settings = CoreSettings(rules, options, width, max_batch)
         self.board = weights.WeightBoard.create(spec, 3 + settings.league_size)
         self.server = None
         self.pool = None
@@ -294,8 +270,8 @@ class TorchBackend:
             for future in futures:
                 future.cancel()
 
-    def _assemble(self, chunks) -> lockstep.Samples:
-        """Scatters the chunks' rows into the fixed slots of `lockstep.Samples`."""
+    def _assemble(self, chunks) -> api.Samples:
+        """Scatters the chunks' rows into the fixed slots of `api.Samples`."""
         total = self.options.num_traversals
         e, a = self.rules.encoding_size, self.rules.num_actions
         arrays = {}
@@ -318,7 +294,7 @@ class TorchBackend:
                     True,
                 )
             arrays[kind] = (info, mask, values, valid)
-        return lockstep.Samples(
+        return api.Samples(
             *(jnp.asarray(x) for x in arrays["advantage"]),
             *(jnp.asarray(x) for x in arrays["strategy"]),
         )

@@ -29,7 +29,7 @@ class CoreSettings(NamedTuple):
     """Everything a worker needs to build its `TraversalCore` (picklable)."""
 
     rules: Any  # lc_cfr.game.rules.Rules
-    options: dict  # TraversalCore keyword arguments except `width`
+    options: Any  # lc_cfr.traversal.api.TraversalOptions (validated)
     width: int  # contexts advanced together; 0 = RecursiveTraversal (recursive, server)
     max_batch: int  # rows per evaluate call at most (interleave_max_batch)
 
@@ -45,8 +45,8 @@ class Chunk(NamedTuple):
 def make_core(settings: CoreSettings) -> TraversalCore:
     """The suspendable core of `settings.width` contexts, or the recursion (width 0)."""
     if settings.width == 0:
-        return RecursiveTraversal(settings.rules, **settings.options)
-    return TraversalCore(settings.rules, width=settings.width, **settings.options)
+        return RecursiveTraversal(settings.rules, settings.options)
+    return TraversalCore(settings.rules, settings.options, width=settings.width)
 
 
 def run_chunk(

@@ -1,6 +1,5 @@
-"""The trainer: one loop, one backend registry, checkpoints and metrics."""
+"""The trainer: one loop over a traversal backend, learners, checkpoints and metrics."""
 
-from lc_cfr.train.backends import BACKENDS, make_backend
 from lc_cfr.train.trainer import Trainer
 
-__all__ = ["BACKENDS", "Trainer", "make_backend"]
+__all__ = ["Trainer"]

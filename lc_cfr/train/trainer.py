@@ -31,16 +31,17 @@ from lc_cfr.learn.learner import check_weighting
 from lc_cfr.memory import reservoir
 from lc_cfr.nets import mlp
 from lc_cfr.train import anatomy, checkpoint
-from lc_cfr.train.backends import WorkerSettings, make_backend
 from lc_cfr.train.metrics import MetricsWriter, Progress
-from lc_cfr.traversal import lockstep
+from lc_cfr.traversal import api
+from lc_cfr.traversal.registry import WorkerSettings, make_backend
 
 # Config blocks a resumed run may change; every other field must match the checkpoint.
-# Worker counts and widths of the torch backends never change a traversal's samples.
+# How a backend runs (lanes, worker counts, widths) never changes a traversal's samples.
 RESUMABLE_CHANGES = (
     "run.",
     "checkpoint.",
     "logging.",
+    "traversal.lanes",
     "traversal.num_workers",
     "traversal.worker_chunk_size",
     "traversal.interleave_width",
@@ -143,16 +144,10 @@ def strategy_sample_nodes(strategy_samples: str, opponent_policy: str) -> str:
     return "traverser" if opponent_policy in BOT_NAMES else "opponent"
 
 
-def options_from_config(config) -> lockstep.TraversalOptions:
+def options_from_config(config) -> api.TraversalOptions:
     t = config.traversal
-    if t.backend == "jax" and t.lanes > t.traversals_per_player:
-        raise ValueError(
-            f"traversal.lanes={t.lanes} exceeds traversal.traversals_per_player="
-            f"{t.traversals_per_player}: the extra lanes would never run"
-        )
-    return lockstep.TraversalOptions(
+    return api.TraversalOptions(
         num_traversals=t.traversals_per_player,
-        lanes=t.lanes,
         sampling_mode=t.sampling_mode,
         epsilon=float(t.outcome_sampling_epsilon),
         value_clip=float(t.outcome_sampling_value_clip),
@@ -172,6 +167,17 @@ def options_from_config(config) -> lockstep.TraversalOptions:
         outcome_estimator=t.outcome_estimator,
         value_lambda=float(t.value_lambda),
     )
+
+
+def lanes_from_config(config) -> int:
+    """traversal.lanes of the `jax` backend (the torch backends ignore it)."""
+    t = config.traversal
+    if t.backend == "jax" and t.lanes > t.traversals_per_player:
+        raise ValueError(
+            f"traversal.lanes={t.lanes} exceeds traversal.traversals_per_player="
+            f"{t.traversals_per_player}: the extra lanes would never run"
+        )
+    return t.lanes
 
 
 def worker_settings_from_config(config) -> WorkerSettings:
@@ -343,7 +349,8 @@ class Trainer:
             rules=self.rules,
             spec=self.spec,
             options=self.options,
-            settings=worker_settings_from_config(config),
+            lanes=lanes_from_config(config),
+            workers=worker_settings_from_config(config),
         )
         opt = config.optimization
         check_weighting(config.training_weighting.mode)
@@ -365,7 +372,7 @@ class Trainer:
                 raise ValueError(f"memory.{field} must be >= 1, got {config.memory[field]}")
         self._add = jax.jit(reservoir.reservoir_add, donate_argnums=0)
         self.value_learner = None
-        if lockstep.uses_value_network(self.options):
+        if api.uses_value_network(self.options):
             if opt.learner != "optax":
                 raise ValueError(
                     f"traversal.outcome_estimator={self.options.outcome_estimator!r} trains "
@@ -375,7 +382,7 @@ class Trainer:
                 raise ValueError(
                     f"memory.value_capacity must be >= 1, got {config.memory.value_capacity}"
                 )
-            self.value_spec = lockstep.value_spec(self.rules, self.spec)
+            self.value_spec = api.value_spec(self.rules, self.spec)
             self.value_learner = Learner(
                 self.value_spec,
                 kind="advantage",  # masked MSE, the mask holding the sampled action only
@@ -493,9 +500,9 @@ class Trainer:
         )
         return dict(value_params=params, value_opt=opt, value_memory=memory)
 
-    def networks(self, state: TrainState) -> lockstep.Networks:
+    def networks(self, state: TrainState) -> api.Networks:
         k = self.config.self_play.league_size
-        return lockstep.Networks(
+        return api.Networks(
             advantage=state.advantage_params,
             strategy=state.strategy_params,
             league=state.league,
@@ -811,35 +818,6 @@ class Trainer:
         arrays, meta = checkpoint.load(path)
         return self._from_arrays(arrays, meta), meta.get("metrics")
 
-    def load_networks(self, iteration: int | None = None):
-        """(iteration, advantage params pair, strategy params) of a checkpoint.
-
-        Reads only the network arrays (no memories), for evaluation and play. Raises
-        FileNotFoundError when the run has no such checkpoint.
-        """
-        path = checkpoint.find(self.workdir / "checkpoints", iteration)
-        if path is None:
-            raise FileNotFoundError(f"no checkpoint in {self.workdir / 'checkpoints'} yet")
-        template = jax.eval_shape(lambda: mlp.init_params(self.spec, jax.random.PRNGKey(0)))
-        meta = json.loads((path / "meta.json").read_text())
-        with np.load(path / "arrays.npz") as arrays:
-            advantage = read_tree(arrays, "advantage_params", (template, template))
-            strategy = read_tree(arrays, "strategy_params", template)
-        return meta["iteration"], advantage, strategy
-
-    def load_snapshots(self, iteration: int | None = None) -> Snapshots | None:
-        """The SD-CFR snapshots of a checkpoint (the `sd_cfr` view), None if not kept."""
-        if not self.config.sd_cfr.snapshots:
-            return None
-        path = checkpoint.find(self.workdir / "checkpoints", iteration)
-        if path is None:
-            raise FileNotFoundError(f"no checkpoint in {self.workdir / 'checkpoints'} yet")
-        template = jax.eval_shape(lambda: self._initial_snapshots(*self._templates()))
-        meta = json.loads((path / "meta.json").read_text())
-        with np.load(path / "arrays.npz") as arrays:
-            stacks = read_tree(arrays, "sd_advantage", template["sd_advantage"])
-        return Snapshots(stacks, meta["sd_count"])
-
     def _templates(self):
         params = jax.eval_shape(lambda: mlp.init_params(self.spec, jax.random.PRNGKey(0)))
         return params, params
@@ -851,7 +829,7 @@ class Trainer:
         saved = _flat_config(read_run_config(saved_path))
         current = _flat_config(self.config)
         inert = RESUMABLE_CHANGES
-        if not lockstep.uses_value_network(self.options) and (
+        if not api.uses_value_network(self.options) and (
             saved.get("traversal.outcome_estimator") == "importance"
         ):
             inert = inert + VALUE_NETWORK_FIELDS

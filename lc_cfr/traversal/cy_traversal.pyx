@@ -39,6 +39,8 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from lc_cfr.traversal.api import CORE_STAT_NAMES, slots_per_traversal
+
 from lc_cfr.bots.cy_bots cimport LCBotParams, lc_bot_action, lc_bot_params
 from lc_cfr.game.cy_engine cimport (
     LC_MAX_ACTIONS,
@@ -70,16 +72,8 @@ cdef enum:
     OPP_LEAGUE = 3
 
 OPPONENT_KINDS = {"network": OPP_NETWORK, "average_strategy": OPP_AVERAGE, "league": OPP_LEAGUE}
-STAT_NAMES = (
-    "nodes",
-    "policy_calls",
-    "terminals",
-    "truncations",
-    "cutoffs",
-    "endpoint_depth_sum",
-    "rollout_decisions",
-    "clipped_values",
-)
+# the Stats struct below fills these, in this order (one list: lc_cfr.traversal.api)
+STAT_NAMES = CORE_STAT_NAMES
 
 
 ctypedef struct Frame:
@@ -258,12 +252,9 @@ cdef class TraversalCore:
         self.contexts = NULL
         self.width = 0
 
-    def __init__(self, rules, *, width, sampling_mode, epsilon, value_clip,
-                 unsampled_regret, max_depth, cutoff_turns, cutoff_value_mode,
-                 cutoff_rollouts, rollout_policy, opponent_policy, strategy_samples,
-                 fallback, utility_scale, advantage_slots, strategy_slots):
-        """Options are the `TraversalOptions` fields (validated by the caller) plus the
-        slots per traversal of `lockstep.slots_per_traversal` and `width` contexts."""
+    def __init__(self, rules, options, *, width):
+        """`options` is an `api.TraversalOptions` (validated by the caller), `width` the
+        contexts advanced together."""
         cdef int i
         cdef Options* o = &self.o
         if width < 1:
@@ -271,26 +262,27 @@ cdef class TraversalCore:
         lc_rules_from_py(&self.r, rules)
         self.num_actions = self.r.num_actions
         self.encoding_size = self.r.encoding_size
-        o.outcome = sampling_mode == "outcome"
-        o.epsilon = <float>epsilon
-        o.keep = <float>(1.0 - epsilon)
-        o.value_clip = <float>value_clip
-        o.unsampled_zero = unsampled_regret == "zero"
-        o.max_depth = max_depth
-        o.cutoff_turns = cutoff_turns
-        o.rollouts = cutoff_value_mode == "rollouts"
-        o.cutoff_rollouts = cutoff_rollouts
-        o.rollout_factor = <float>(1.0 / max(cutoff_rollouts, 1))
-        o.utility_factor = <float>(1.0 / utility_scale)
-        if opponent_policy in OPPONENT_KINDS:
-            o.opponent = OPPONENT_KINDS[opponent_policy]
+        advantage_slots, strategy_slots = slots_per_traversal(rules, options)
+        o.outcome = options.sampling_mode == "outcome"
+        o.epsilon = <float>options.epsilon
+        o.keep = <float>(1.0 - options.epsilon)
+        o.value_clip = <float>options.value_clip
+        o.unsampled_zero = options.unsampled_regret == "zero"
+        o.max_depth = options.max_depth
+        o.cutoff_turns = options.cutoff_turns
+        o.rollouts = options.cutoff_value_mode == "rollouts"
+        o.cutoff_rollouts = options.cutoff_rollouts
+        o.rollout_factor = <float>(1.0 / max(options.cutoff_rollouts, 1))
+        o.utility_factor = <float>(1.0 / options.utility_scale)
+        if options.opponent_policy in OPPONENT_KINDS:
+            o.opponent = OPPONENT_KINDS[options.opponent_policy]
         else:
             o.opponent = OPP_BOT
-            lc_bot_params(&self.opponent_bot, opponent_policy, "traversal.opponent_policy")
-        lc_bot_params(&self.rollout_bot, rollout_policy, "traversal.cutoff_rollout_policy")
-        o.store_traverser = strategy_samples in ("traverser", "both")
-        o.store_opponent = strategy_samples in ("opponent", "both")
-        o.fallback_uniform = fallback == "uniform"
+            lc_bot_params(&self.opponent_bot, options.opponent_policy, "traversal.opponent_policy")
+        lc_bot_params(&self.rollout_bot, options.rollout_policy, "traversal.cutoff_rollout_policy")
+        o.store_traverser = options.strategy_samples in ("traverser", "both")
+        o.store_opponent = options.strategy_samples in ("opponent", "both")
+        o.fallback_uniform = options.fallback == "uniform"
         o.adv_slots = advantage_slots
         o.strat_slots = strategy_slots
         self.contexts = <Context*>malloc(width * sizeof(Context))
@@ -684,9 +676,9 @@ cdef class RecursiveTraversal(TraversalCore):
 
     cdef object evaluate
 
-    def __init__(self, rules, **options):
-        """Options as `TraversalCore` (without `width`: one traversal at a time)."""
-        TraversalCore.__init__(self, rules, width=1, **options)
+    def __init__(self, rules, options):
+        """As `TraversalCore`, one traversal at a time."""
+        TraversalCore.__init__(self, rules, options, width=1)
 
     def step(self, outputs=None):
         raise TypeError("RecursiveTraversal is driven by run(evaluate), not step()")

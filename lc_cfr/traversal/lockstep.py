@@ -1,6 +1,6 @@
 """Option C: the lockstep Deep CFR traversal of the `jax` backend.
 
-`options.lanes` traversals are in flight at once, each with an explicit stack. Every
+`lanes` traversals are in flight at once, each with an explicit stack. Every
 step, every lane at a decision is encoded, all of them are evaluated in one batched
 forward, regret-matched and advanced; a lane whose traversal ends takes the next one of
 the iteration's quota. The whole iteration is one jitted `lax.while_loop`.
@@ -28,9 +28,8 @@ device (`jax.pmap`); the samples are the single-device ones.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,181 +40,22 @@ from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
+from lc_cfr.traversal.api import (
+    Networks,
+    Samples,
+    TraversalOptions,
+    TraversalStats,
+    expansion_start,
+    is_sampled_expansion,
+    slots_per_traversal,
+    stats_to_metrics,
+    uses_value_network,
+    utility_factor,
+    validate_options,
+    value_spec,
+)
 
 IDLE, DECIDE, RETURN, ROLLOUT = 0, 1, 2, 3
-
-SAMPLING_MODES = ("outcome", "external")
-OPPONENT_POLICIES = ("network", "average_strategy", "league") + BOT_NAMES
-CUTOFF_VALUE_MODES = ("score_diff", "rollouts")
-ROLLOUT_POLICIES = BOT_NAMES  # both players play the bot in a cut-off playout
-STRATEGY_SAMPLE_NODES = ("opponent", "traverser", "both")
-EXPANSION_POINTS = ("root", "sampled")  # external: where the expanded subtree hangs
-
-
-class TraversalOptions(NamedTuple):
-    """Static settings of a traversal (hashable: jitted code is specialised on them)."""
-
-    num_traversals: int  # traversals per call (the per-player quota)
-    lanes: int  # traversals in flight at once
-    sampling_mode: str
-    epsilon: float  # outcome: exploration mix of the traverser
-    value_clip: float  # outcome: clip of importance-weighted values; 0 = off
-    unsampled_regret: str  # outcome: negative_node_value | zero
-    max_depth: int  # external: traverser decisions expanded in full
-    cutoff_turns: int  # cut a path off at this turn; 0 = never
-    cutoff_value_mode: str
-    cutoff_rollouts: int
-    rollout_policy: str
-    opponent_policy: str
-    strategy_samples: str
-    fallback: str  # regret matching with no positive advantage
-    utility_scale: float
-    # external: `root` expands the traverser's first max_depth decisions; `sampled` plays
-    # one on-policy path to a decision drawn per traversal and expands there
-    expand_at: str = "root"
-    path_epsilon: float = 0.0  # sampled: uniform mix of the traverser's path policy
-    rm_floor: float = 0.0  # regret_matching.floor: uniform share of every RM policy
-    # outcome: importance (W u / q) | baseline (VR-MCCFR) | history_value (ESCHER-style);
-    # the last two read the value network (policy.baseline_path_targets)
-    outcome_estimator: str = "importance"
-    value_lambda: float = 1.0  # value targets: sampled return (1) .. bootstrap (0)
-
-
-def validate_options(options: TraversalOptions, rules: Rules) -> None:
-    """Raises ValueError naming the config field of any unsupported setting."""
-    checks = [
-        ("sampling_mode", options.sampling_mode, SAMPLING_MODES),
-        ("opponent_policy", options.opponent_policy, OPPONENT_POLICIES),
-        ("cutoff_value_mode", options.cutoff_value_mode, CUTOFF_VALUE_MODES),
-        ("cutoff_rollout_policy", options.rollout_policy, ROLLOUT_POLICIES),
-        ("strategy_samples", options.strategy_samples, STRATEGY_SAMPLE_NODES),
-        ("outcome_unsampled_regret", options.unsampled_regret, pol.UNSAMPLED_REGRET_MODES),
-        ("expand_at", options.expand_at, EXPANSION_POINTS),
-        ("outcome_estimator", options.outcome_estimator, pol.OUTCOME_ESTIMATORS),
-    ]
-    for field, value, valid in checks:
-        if value not in valid:
-            raise ValueError(f"traversal.{field} must be one of {valid}, got {value!r}")
-    if options.fallback not in pol.FALLBACKS:
-        raise ValueError(
-            "regret_matching.all_negative_fallback must be one of "
-            f"{pol.FALLBACKS}, got {options.fallback!r}"
-        )
-    if options.num_traversals < 1:
-        raise ValueError(
-            f"traversal.traversals_per_player must be >= 1, got {options.num_traversals}"
-        )
-    if options.lanes < 1:
-        raise ValueError(f"traversal.lanes must be >= 1, got {options.lanes}")
-    if not 0.0 <= options.epsilon <= 1.0:
-        raise ValueError(
-            f"traversal.outcome_sampling_epsilon must be in [0, 1], got {options.epsilon}"
-        )
-    if options.sampling_mode == "outcome" and options.epsilon <= 0.0:
-        raise ValueError("traversal.outcome_sampling_epsilon must be > 0 for outcome sampling")
-    if options.sampling_mode == "external" and not 1 <= options.max_depth <= 4:
-        raise ValueError(f"traversal.max_depth must be in 1..4, got {options.max_depth}")
-    if not 0.0 <= options.path_epsilon <= 1.0:
-        raise ValueError(f"traversal.path_epsilon must be in [0, 1], got {options.path_epsilon}")
-    pol.check_floor(options.rm_floor)
-    if uses_value_network(options) and options.sampling_mode != "outcome":
-        raise ValueError(
-            f"traversal.outcome_estimator={options.outcome_estimator!r} needs "
-            "traversal.sampling_mode='outcome'"
-        )
-    if not 0.0 <= options.value_lambda <= 1.0:
-        raise ValueError(f"traversal.value_lambda must be in [0, 1], got {options.value_lambda}")
-    if options.cutoff_turns < 0 or options.cutoff_turns >= rules.max_turns:
-        raise ValueError(
-            f"traversal.cutoff_turns must be in [0, rules.max_turns={rules.max_turns}), "
-            f"got {options.cutoff_turns}"
-        )
-    if options.cutoff_value_mode == "rollouts" and options.cutoff_rollouts < 1:
-        raise ValueError("traversal.cutoff_rollouts must be >= 1 in rollouts mode")
-    if options.utility_scale <= 0:
-        raise ValueError(f"utility_scale must be > 0, got {options.utility_scale}")
-
-
-def is_sampled_expansion(options: TraversalOptions) -> bool:
-    """External sampling expanded at a sampled decision (`expand_at` means nothing to
-    outcome sampling, which never expands)."""
-    return options.sampling_mode == "external" and options.expand_at == "sampled"
-
-
-def uses_value_network(options: TraversalOptions) -> bool:
-    """Whether the traversal reads (and feeds) the history value network."""
-    return options.outcome_estimator != "importance"
-
-
-def value_spec(rules: Rules, spec: mlp.NetworkSpec) -> mlp.NetworkSpec:
-    """The value network: the shape of `spec` over the history features (E + N)."""
-    return dataclasses.replace(spec, input_size=engine.history_size(rules))
-
-
-class Networks(NamedTuple):
-    """Parameters a traversal reads (pytrees of the flax MLP of `spec`)."""
-
-    advantage: Any  # (params of player 0, params of player 1)
-    strategy: Any  # the average-strategy network
-    league: Any  # snapshots of the strategy network, every leaf [K, ...]
-    league_count: jax.Array  # [] int32, valid snapshots (1..K); the first K are used
-    value: Any = None  # the history value network (outcome estimators that read it)
-
-
-class Samples(NamedTuple):
-    """Samples of one call, in fixed slots: slot = traversal * slots_per_traversal + node."""
-
-    advantage_info: jax.Array  # [S, E] float32
-    advantage_mask: jax.Array  # [S, A] bool
-    advantage_target: jax.Array  # [S, A] float32 regret targets
-    advantage_valid: jax.Array  # [S] bool
-    strategy_info: jax.Array  # [S2, E] float32
-    strategy_mask: jax.Array  # [S2, A] bool
-    strategy_policy: jax.Array  # [S2, A] float32
-    strategy_valid: jax.Array  # [S2] bool
-    # value network samples at the traverser's decisions (None unless it is used):
-    # history features, the sampled action as a one-hot mask, its target at that action
-    value_info: Any = None  # [S, E + N] float32
-    value_mask: Any = None  # [S, A] bool
-    value_target: Any = None  # [S, A] float32
-    value_valid: Any = None  # [S] bool
-
-
-class TraversalStats(NamedTuple):
-    """Totals of one call (int32 scalars unless noted)."""
-
-    nodes: jax.Array  # decisions taken by traversals (rollout playouts excluded)
-    policy_calls: jax.Array  # states evaluated by a network
-    forward_batches: jax.Array  # batched forwards run
-    terminals: jax.Array  # paths ending at a natural game end
-    truncations: jax.Array  # paths ending at max_turns
-    cutoffs: jax.Array  # paths ending at cutoff_turns
-    endpoint_depth_sum: jax.Array  # decisions from the deal to each path's end
-    rollout_decisions: jax.Array  # decisions inside cut-off playouts
-    clipped_values: jax.Array  # outcome: advantage samples whose |W u / q| > value_clip
-    steps: jax.Array  # lockstep iterations
-    dropped_samples: jax.Array  # samples beyond a traversal's slots (always 0; checked)
-
-
-def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, int]:
-    """(advantage, strategy) sample slots one traversal may fill."""
-    if options.sampling_mode == "outcome":
-        per_path = rules.max_turns + 1  # decisions of one player on one path
-        return per_path, per_path * (2 if options.strategy_samples == "both" else 1)
-    card, draw = 2 * rules.hand_size, 1 + rules.n_colors
-    expanded, width = 0, 1  # width: subtrees hanging below `depth` expanded nodes
-    for depth in range(options.max_depth):
-        expanded += width
-        # a sampled expansion may start at a draw decision: bound both orders
-        width *= card if depth % 2 == 0 and options.expand_at == "root" else max(card, draw)
-    if options.expand_at == "sampled":
-        # strategy samples along one on-policy trajectory (at most one player's
-        # decisions of a whole game, both players' with `both`)
-        per_path = rules.max_turns + 1
-        return expanded, per_path * (2 if options.strategy_samples == "both" else 1)
-    # strategy samples above the expanded depth: the expanded (traverser) nodes and at
-    # most two opponent decisions in each gap between traverser turns
-    return expanded, 3 * expanded
 
 
 class _Lanes(NamedTuple):
@@ -281,39 +121,21 @@ def _write_rows(buffer, slots, rows, condition):
     return buffer.at[target].set(rows, mode="drop")
 
 
-def utility_factor(scale: float) -> jax.Array:
-    """float32(1 / utility_scale): utilities are points times this factor.
-
-    One multiplication by a rounded constant, rather than a division that a compiler may
-    or may not turn into a multiplication, gives every backend the same bits.
-    """
-    return jnp.float32(1.0 / scale)
-
-
 def _utility(rules: Rules, game: engine.State, traverser, scale: float):
     """[L] traverser utility of (terminal or cut-off) positions: score difference / scale."""
     returns = jax.vmap(engine.returns, in_axes=(None, 0))(rules, game)
     return jnp.where(traverser == 0, returns[:, 0], returns[:, 1]) * utility_factor(scale)
 
 
-def expansion_start(rules: Rules, seed, iteration, game_index):
-    """The decision index from which a sampled expansion may happen, per game.
-
-    Uniform over the 2 * (N - 2H) decisions of a game without pile draws, drawn with
-    purpose EXPLORE at counter 0 of the traversal's game: every phase of the game gets
-    expanded nodes, in proportion to its length.
-    """
-    span = 2 * (rules.n_cards - 2 * rules.hand_size)
-    bits = rng.random_bits(seed, iteration, game_index, 0, rng.Purpose.EXPLORE)
-    return rng.below(bits, min(span, 256)).astype(jnp.int32)
-
-
-def check_devices(options: TraversalOptions, devices: int) -> None:
-    """The quota and the lanes must split evenly over the devices they are sharded over."""
-    if options.num_traversals % devices or options.lanes % devices:
+def check_lanes(options: TraversalOptions, lanes: int, devices: int) -> None:
+    """Lanes must be positive, and the quota and the lanes must split evenly over the
+    devices they are sharded over."""
+    if lanes < 1:
+        raise ValueError(f"traversal.lanes must be >= 1, got {lanes}")
+    if options.num_traversals % devices or lanes % devices:
         raise ValueError(
             f"traversal.traversals_per_player={options.num_traversals} and traversal.lanes="
-            f"{options.lanes} must be multiples of the {devices} JAX devices the lanes are "
+            f"{lanes} must be multiples of the {devices} JAX devices the lanes are "
             "sharded over"
         )
 
@@ -324,12 +146,14 @@ def run_traversals(
     options: TraversalOptions,
     networks: Networks,
     *,
+    lanes: int,
     seed,
     iteration,
     traverser,
     devices: int | None = None,
 ) -> tuple[Samples, TraversalStats]:
-    """Runs the iteration's `options.num_traversals` traversals for `traverser`.
+    """Runs the iteration's `options.num_traversals` traversals for `traverser`, `lanes`
+    of them in flight at once (how many never changes the samples).
 
     Traversal j deals game `traverser * num_traversals + j` of (seed, iteration) and takes
     its random draws from random_bits(seed, iteration, that game, draw, purpose).
@@ -340,15 +164,17 @@ def run_traversals(
     """
     validate_options(options, rules)
     devices = jax.local_device_count() if devices is None else devices
+    check_lanes(options, lanes, devices)
     words = (rng.as_word(seed), rng.as_word(iteration, "iteration"), jnp.int32(traverser))
     if devices == 1:
-        samples, stats = _run(rules, spec, options, networks, *words, jnp.int32(0))
+        samples, stats = _run(rules, spec, options, lanes, networks, *words, jnp.int32(0))
     else:
-        check_devices(options, devices)
-        total, lanes = options.num_traversals, options.lanes
-        shard = options._replace(num_traversals=total // devices, lanes=lanes // devices)
+        total = options.num_traversals
+        shard = options._replace(num_traversals=total // devices)
         offsets = jnp.arange(devices, dtype=jnp.int32) * (total // devices)
-        samples, stats = _run_sharded(rules, spec, shard, total, networks, *words, offsets)
+        samples, stats = _run_sharded(
+            rules, spec, shard, lanes // devices, total, networks, *words, offsets
+        )
         # [D, S/D, ...] -> [S, ...]: device blocks are consecutive traversal blocks
         samples = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), samples)
         stats = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
@@ -357,31 +183,37 @@ def run_traversals(
     return samples, stats
 
 
-def _traverse(rules, spec, options, total, networks, seed, iteration, traverser, offset):
-    machine = _Machine(rules, spec, options, networks, seed, iteration, traverser, total, offset)
+def _traverse(rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset):
+    machine = _Machine(
+        rules, spec, options, lanes, networks, seed, iteration, traverser, total, offset
+    )
     lanes = machine.initial()
     lanes = jax.lax.while_loop(machine.busy, machine.advance, lanes)
     return machine.finish(lanes)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _run(rules, spec, options, networks, seed, iteration, traverser, offset):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _run(rules, spec, options, lanes, networks, seed, iteration, traverser, offset):
     total = options.num_traversals
-    return _traverse(rules, spec, options, total, networks, seed, iteration, traverser, offset)
+    return _traverse(
+        rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset
+    )
 
 
 _run_sharded = jax.pmap(
     _traverse,
-    in_axes=(None, None, None, None, None, None, None, None, 0),
-    static_broadcasted_argnums=(0, 1, 2, 3),
+    in_axes=(None, None, None, None, None, None, None, None, None, 0),
+    static_broadcasted_argnums=(0, 1, 2, 3, 4),
 )
 
 
 class _Machine:
     """The step function of the lockstep loop, closed over one call's arguments."""
 
-    def __init__(self, rules, spec, options, networks, seed, iteration, traverser, total, offset):
-        self.rules, self.spec, self.o = rules, spec, options
+    def __init__(
+        self, rules, spec, options, lanes, networks, seed, iteration, traverser, total, offset
+    ):
+        self.rules, self.spec, self.o, self.lanes = rules, spec, options, lanes
         self.networks, self.seed, self.iteration = networks, seed, iteration
         self.traverser = traverser
         # traversal j of this machine is traversal offset + j of the player's quota `total`
@@ -400,7 +232,7 @@ class _Machine:
 
     def initial(self) -> _Lanes:
         r, o = self.rules, self.o
-        L, T, D = o.lanes, o.num_traversals, max(o.max_depth, 1)
+        L, T, D = self.lanes, o.num_traversals, max(o.max_depth, 1)
         n, e, a = r.n_cards, r.encoding_size, r.num_actions
         S, S2 = T * self.adv_slots, T * self.strat_slots
         blank = jax.vmap(lambda i: engine.init_from_deck(r, jnp.arange(n)))(jnp.arange(L))
@@ -915,3 +747,31 @@ class _Machine:
             value_target=jnp.where(value_mask, value_targets.reshape(T * D, 1), 0.0),
         )
         return samples, lanes.stats
+
+
+class JaxBackend:
+    """Option C: the lockstep traversal above, `lanes` traversals in flight per device."""
+
+    def __init__(self, *, rules: Rules, spec: mlp.NetworkSpec, options: TraversalOptions, lanes):
+        validate_options(options, rules)
+        check_lanes(options, lanes, jax.local_device_count())  # checked at start-up
+        self.rules, self.spec, self.options, self.lanes = rules, spec, options, lanes
+
+    def traverse(self, networks, *, seed, iteration, traverser, epsilon=None):
+        options = self.options
+        if epsilon is not None:  # one compiled loop per value: schedules take few values
+            options = options._replace(epsilon=float(epsilon))
+        samples, stats = run_traversals(
+            self.rules,
+            self.spec,
+            options,
+            networks,
+            lanes=self.lanes,
+            seed=seed,
+            iteration=iteration,
+            traverser=traverser,
+        )
+        return samples, stats_to_metrics(stats)
+
+    def close(self) -> None:
+        """Nothing to release (the torch backends stop processes here)."""

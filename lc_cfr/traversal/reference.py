@@ -23,7 +23,7 @@ from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
-from lc_cfr.traversal.lockstep import (
+from lc_cfr.traversal.api import (
     Networks,
     TraversalOptions,
     expansion_start,

@@ -1,0 +1,138 @@
+"""The networks of a saved run, read without building a trainer.
+
+Evaluation and play need only a checkpoint's network parameters and the rules and
+network shape they were trained with. Building a `Trainer` for that would also build the
+traversal backend (for the torch backends a worker pool with shared memory, on
+`run.device`) and refuse configs that only the training loop cares about, so a run
+trained on a GPU could not be played on a CPU machine. `load_saved_networks` reads
+RUN/config.json and the network arrays of one checkpoint, and nothing else: no memories,
+no optimizer states, no backend, no torch.
+
+Every learner and backend checkpoints the same canonical layout (the torch learner hands
+flax parameters back to the trainer, which saves them as it saves the optax learner's),
+so one reader serves every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import zipfile
+from typing import Any, NamedTuple
+
+import jax
+import ml_collections
+import numpy as np
+
+from lc_cfr.eval import SD_CFR, Snapshots
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+from lc_cfr.train import checkpoint
+from lc_cfr.train.trainer import read_run_config, read_tree, rules_from_config, spec_from_config
+
+
+class CheckpointNotFoundError(FileNotFoundError):
+    """The run has no checkpoint yet, or not the one asked for."""
+
+
+class SavedNetworks(NamedTuple):
+    """The networks of one checkpoint, with what they need to be played."""
+
+    workdir: pathlib.Path
+    iteration: int  # the checkpoint's completed iterations
+    config: ml_collections.ConfigDict  # RUN/config.json, completed as a resume would
+    rules: Rules
+    spec: mlp.NetworkSpec  # shared by the advantage and strategy networks
+    advantage: tuple  # (player 0's, player 1's) flax params
+    strategy: Any  # the average-strategy network's flax params
+    snapshots: Snapshots | None  # SD-CFR snapshots; None when sd_cfr.snapshots was 0
+
+    def policy_views(self) -> dict:
+        """{view name: parameters} of every policy view this checkpoint can play."""
+        views = {"average_strategy": self.strategy, "current": tuple(self.advantage)}
+        if self.snapshots is not None:
+            views[SD_CFR] = self.snapshots
+        return views
+
+
+def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None) -> SavedNetworks:
+    """The networks of checkpoint `iteration` (the latest if None) of run `workdir`.
+
+    The parameters equal those of the trainer's state restored from the same checkpoint
+    (tests/test_saved_networks.py).
+
+    Args:
+        workdir: the run directory (holds config.json and checkpoints/).
+        iteration: the checkpoint's iteration; None for the one LATEST names.
+
+    Returns:
+        The checkpoint's `SavedNetworks`.
+
+    Raises:
+        FileNotFoundError: the run directory or its config.json is missing.
+        CheckpointNotFoundError: the run has no checkpoint yet, or none of `iteration`.
+        ValueError: config.json cannot be read or describes no valid rules and network,
+            or the checkpoint is unreadable or holds networks of another shape; the
+            message names the file.
+    """
+    workdir = pathlib.Path(workdir)
+    if not workdir.is_dir():
+        raise FileNotFoundError(f"run directory {workdir} does not exist")
+    config_path = workdir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} is missing: is {workdir} a training run directory?")
+    try:
+        config = read_run_config(config_path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read {config_path}: {error}") from error
+    try:
+        rules = rules_from_config(config)
+        spec = spec_from_config(config, rules)
+        # Shapes only: no parameters are initialised just to be overwritten.
+        params = jax.eval_shape(lambda: mlp.init_params(spec, jax.random.PRNGKey(0)))
+        kept = int(config.sd_cfr.snapshots)
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise ValueError(f"{config_path} is not a usable config: {error}") from error
+
+    directory = workdir / "checkpoints"
+    try:
+        path = checkpoint.find(directory, iteration)
+    except FileNotFoundError as error:
+        raise CheckpointNotFoundError(str(error)) from error
+    if path is None:
+        raise CheckpointNotFoundError(f"no checkpoint in {directory} yet")
+
+    arrays_path = path / "arrays.npz"
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        found = int(meta["iteration"])
+        # np.load reads a member only when it is indexed: the memories and optimizer
+        # states, most of the file, stay on disk.
+        arrays = np.load(arrays_path)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        raise ValueError(f"cannot read checkpoint {path}: {error}") from error
+    with arrays:
+        try:
+            advantage = read_tree(arrays, "advantage_params", (params, params))
+            strategy = read_tree(arrays, "strategy_params", params)
+            snapshots = None
+            if kept > 0:
+                # the trainer's stacks: every leaf gains a leading axis of the K slots
+                stack = jax.tree.map(
+                    lambda leaf: jax.ShapeDtypeStruct((kept, *leaf.shape), leaf.dtype), params
+                )
+                stacks = read_tree(arrays, "sd_advantage", (stack, stack))
+                snapshots = Snapshots(stacks, int(meta["sd_count"]))
+        except (ValueError, KeyError) as error:
+            raise ValueError(f"{arrays_path} does not match {config_path}: {error}") from error
+    return SavedNetworks(
+        workdir=workdir,
+        iteration=found,
+        config=config,
+        rules=rules,
+        spec=spec,
+        advantage=advantage,
+        strategy=strategy,
+        snapshots=snapshots,
+    )

@@ -1,0 +1,261 @@
+"""The traversal contract: what every backend computes, whatever runs it.
+
+A traversal backend turns (networks, seed, iteration, traverser) into fixed-slot
+`Samples` and a dict of statistics; the trainer does the rest. This module holds what the
+backends share and nothing about how one runs: the options that decide the samples (how a
+backend runs them, lanes, workers, widths, belongs to the backend), their validation,
+the parameters a traversal reads, the sample layout, the one list of statistic names,
+and the `Backend` protocol. `lc_cfr.traversal.registry` picks a backend by name.
+
+Semantics are docs/design.md section 3 (Deep CFR, Brown et al. 2019, arXiv:1811.00164;
+outcome sampling after Lanctot et al. 2009); section 4 states the backend protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from lc_cfr.bots import BOT_NAMES
+from lc_cfr.game import engine, rng
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+from lc_cfr.traversal import policy as pol
+
+SAMPLING_MODES = ("outcome", "external")
+OPPONENT_POLICIES = ("network", "average_strategy", "league") + BOT_NAMES
+CUTOFF_VALUE_MODES = ("score_diff", "rollouts")
+ROLLOUT_POLICIES = BOT_NAMES  # both players play the bot in a cut-off playout
+STRATEGY_SAMPLE_NODES = ("opponent", "traverser", "both")
+EXPANSION_POINTS = ("root", "sampled")  # external: where the expanded subtree hangs
+
+
+class TraversalOptions(NamedTuple):
+    """Static settings of a traversal (hashable: jitted code is specialised on them)."""
+
+    num_traversals: int  # traversals per call (the per-player quota)
+    sampling_mode: str
+    epsilon: float  # outcome: exploration mix of the traverser
+    value_clip: float  # outcome: clip of importance-weighted values; 0 = off
+    unsampled_regret: str  # outcome: negative_node_value | zero
+    max_depth: int  # external: traverser decisions expanded in full
+    cutoff_turns: int  # cut a path off at this turn; 0 = never
+    cutoff_value_mode: str
+    cutoff_rollouts: int
+    rollout_policy: str
+    opponent_policy: str
+    strategy_samples: str
+    fallback: str  # regret matching with no positive advantage
+    utility_scale: float
+    # external: `root` expands the traverser's first max_depth decisions; `sampled` plays
+    # one on-policy path to a decision drawn per traversal and expands there
+    expand_at: str = "root"
+    path_epsilon: float = 0.0  # sampled: uniform mix of the traverser's path policy
+    rm_floor: float = 0.0  # regret_matching.floor: uniform share of every RM policy
+    # outcome: importance (W u / q) | baseline (VR-MCCFR) | history_value (ESCHER-style);
+    # the last two read the value network (policy.baseline_path_targets)
+    outcome_estimator: str = "importance"
+    value_lambda: float = 1.0  # value targets: sampled return (1) .. bootstrap (0)
+
+
+def validate_options(options: TraversalOptions, rules: Rules) -> None:
+    """Raises ValueError naming the config field of any unsupported setting."""
+    checks = [
+        ("sampling_mode", options.sampling_mode, SAMPLING_MODES),
+        ("opponent_policy", options.opponent_policy, OPPONENT_POLICIES),
+        ("cutoff_value_mode", options.cutoff_value_mode, CUTOFF_VALUE_MODES),
+        ("cutoff_rollout_policy", options.rollout_policy, ROLLOUT_POLICIES),
+        ("strategy_samples", options.strategy_samples, STRATEGY_SAMPLE_NODES),
+        ("outcome_unsampled_regret", options.unsampled_regret, pol.UNSAMPLED_REGRET_MODES),
+        ("expand_at", options.expand_at, EXPANSION_POINTS),
+        ("outcome_estimator", options.outcome_estimator, pol.OUTCOME_ESTIMATORS),
+    ]
+    for field, value, valid in checks:
+        if value not in valid:
+            raise ValueError(f"traversal.{field} must be one of {valid}, got {value!r}")
+    if options.fallback not in pol.FALLBACKS:
+        raise ValueError(
+            "regret_matching.all_negative_fallback must be one of "
+            f"{pol.FALLBACKS}, got {options.fallback!r}"
+        )
+    if options.num_traversals < 1:
+        raise ValueError(
+            f"traversal.traversals_per_player must be >= 1, got {options.num_traversals}"
+        )
+    if not 0.0 <= options.epsilon <= 1.0:
+        raise ValueError(
+            f"traversal.outcome_sampling_epsilon must be in [0, 1], got {options.epsilon}"
+        )
+    if options.sampling_mode == "outcome" and options.epsilon <= 0.0:
+        raise ValueError("traversal.outcome_sampling_epsilon must be > 0 for outcome sampling")
+    if options.sampling_mode == "external" and not 1 <= options.max_depth <= 4:
+        raise ValueError(f"traversal.max_depth must be in 1..4, got {options.max_depth}")
+    if not 0.0 <= options.path_epsilon <= 1.0:
+        raise ValueError(f"traversal.path_epsilon must be in [0, 1], got {options.path_epsilon}")
+    pol.check_floor(options.rm_floor)
+    if uses_value_network(options) and options.sampling_mode != "outcome":
+        raise ValueError(
+            f"traversal.outcome_estimator={options.outcome_estimator!r} needs "
+            "traversal.sampling_mode='outcome'"
+        )
+    if not 0.0 <= options.value_lambda <= 1.0:
+        raise ValueError(f"traversal.value_lambda must be in [0, 1], got {options.value_lambda}")
+    if options.cutoff_turns < 0 or options.cutoff_turns >= rules.max_turns:
+        raise ValueError(
+            f"traversal.cutoff_turns must be in [0, rules.max_turns={rules.max_turns}), "
+            f"got {options.cutoff_turns}"
+        )
+    if options.cutoff_value_mode == "rollouts" and options.cutoff_rollouts < 1:
+        raise ValueError("traversal.cutoff_rollouts must be >= 1 in rollouts mode")
+    if options.utility_scale <= 0:
+        raise ValueError(f"utility_scale must be > 0, got {options.utility_scale}")
+
+
+def is_sampled_expansion(options: TraversalOptions) -> bool:
+    """External sampling expanded at a sampled decision (`expand_at` means nothing to
+    outcome sampling, which never expands)."""
+    return options.sampling_mode == "external" and options.expand_at == "sampled"
+
+
+def uses_value_network(options: TraversalOptions) -> bool:
+    """Whether the traversal reads (and feeds) the history value network."""
+    return options.outcome_estimator != "importance"
+
+
+def value_spec(rules: Rules, spec: mlp.NetworkSpec) -> mlp.NetworkSpec:
+    """The value network: the shape of `spec` over the history features (E + N)."""
+    return dataclasses.replace(spec, input_size=engine.history_size(rules))
+
+
+class Networks(NamedTuple):
+    """Parameters a traversal reads (pytrees of the flax MLP of `spec`)."""
+
+    advantage: Any  # (params of player 0, params of player 1)
+    strategy: Any  # the average-strategy network
+    league: Any  # snapshots of the strategy network, every leaf [K, ...]
+    league_count: jax.Array  # [] int32, valid snapshots (1..K); the first K are used
+    value: Any = None  # the history value network (outcome estimators that read it)
+
+
+class Samples(NamedTuple):
+    """Samples of one call, in fixed slots: slot = traversal * slots_per_traversal + node."""
+
+    advantage_info: jax.Array  # [S, E] float32
+    advantage_mask: jax.Array  # [S, A] bool
+    advantage_target: jax.Array  # [S, A] float32 regret targets
+    advantage_valid: jax.Array  # [S] bool
+    strategy_info: jax.Array  # [S2, E] float32
+    strategy_mask: jax.Array  # [S2, A] bool
+    strategy_policy: jax.Array  # [S2, A] float32
+    strategy_valid: jax.Array  # [S2] bool
+    # value network samples at the traverser's decisions (None unless it is used):
+    # history features, the sampled action as a one-hot mask, its target at that action
+    value_info: Any = None  # [S, E + N] float32
+    value_mask: Any = None  # [S, A] bool
+    value_target: Any = None  # [S, A] float32
+    value_valid: Any = None  # [S] bool
+
+
+class TraversalStats(NamedTuple):
+    """Totals of one call (int32 scalars unless noted)."""
+
+    nodes: jax.Array  # decisions taken by traversals (rollout playouts excluded)
+    policy_calls: jax.Array  # states evaluated by a network
+    forward_batches: jax.Array  # batched forwards run
+    terminals: jax.Array  # paths ending at a natural game end
+    truncations: jax.Array  # paths ending at max_turns
+    cutoffs: jax.Array  # paths ending at cutoff_turns
+    endpoint_depth_sum: jax.Array  # decisions from the deal to each path's end
+    rollout_decisions: jax.Array  # decisions inside cut-off playouts
+    clipped_values: jax.Array  # outcome: advantage samples whose |W u / q| > value_clip
+    steps: jax.Array  # lockstep iterations
+    dropped_samples: jax.Array  # samples beyond a traversal's slots (always 0; checked)
+
+
+STAT_NAMES = TraversalStats._fields
+# The statistics a traversal core counts per decision; the rest are counted by the loop
+# around it (forward_batches, steps) or are checks (dropped_samples). The C core of the
+# torch backends fills these, in this order.
+CORE_STAT_NAMES = (
+    "nodes",
+    "policy_calls",
+    "terminals",
+    "truncations",
+    "cutoffs",
+    "endpoint_depth_sum",
+    "rollout_decisions",
+    "clipped_values",
+)
+assert set(CORE_STAT_NAMES) <= set(STAT_NAMES)
+
+
+def stats_to_metrics(stats: TraversalStats) -> dict:
+    """The per-call totals as plain ints (summable over calls; the trainer derives means)."""
+    stats = jax.device_get(stats)._asdict()
+    stats.pop("dropped_samples")  # the backend has already checked it is 0
+    return {name: int(value) for name, value in stats.items()}
+
+
+def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, int]:
+    """(advantage, strategy) sample slots one traversal may fill."""
+    if options.sampling_mode == "outcome":
+        per_path = rules.max_turns + 1  # decisions of one player on one path
+        return per_path, per_path * (2 if options.strategy_samples == "both" else 1)
+    card, draw = 2 * rules.hand_size, 1 + rules.n_colors
+    expanded, width = 0, 1  # width: subtrees hanging below `depth` expanded nodes
+    for depth in range(options.max_depth):
+        expanded += width
+        # a sampled expansion may start at a draw decision: bound both orders
+        width *= card if depth % 2 == 0 and options.expand_at == "root" else max(card, draw)
+    if options.expand_at == "sampled":
+        # strategy samples along one on-policy trajectory (at most one player's
+        # decisions of a whole game, both players' with `both`)
+        per_path = rules.max_turns + 1
+        return expanded, per_path * (2 if options.strategy_samples == "both" else 1)
+    # strategy samples above the expanded depth: the expanded (traverser) nodes and at
+    # most two opponent decisions in each gap between traverser turns
+    return expanded, 3 * expanded
+
+
+def utility_factor(scale: float) -> jax.Array:
+    """float32(1 / utility_scale): utilities are points times this factor.
+
+    One multiplication by a rounded constant, rather than a division that a compiler may
+    or may not turn into a multiplication, gives every backend the same bits.
+    """
+    return jnp.float32(1.0 / scale)
+
+
+def expansion_start(rules: Rules, seed, iteration, game_index):
+    """The decision index from which a sampled expansion may happen, per game.
+
+    Uniform over the 2 * (N - 2H) decisions of a game without pile draws, drawn with
+    purpose EXPLORE at counter 0 of the traversal's game: every phase of the game gets
+    expanded nodes, in proportion to its length.
+    """
+    span = 2 * (rules.n_cards - 2 * rules.hand_size)
+    bits = rng.random_bits(seed, iteration, game_index, 0, rng.Purpose.EXPLORE)
+    return rng.below(bits, min(span, 256)).astype(jnp.int32)
+
+
+class Backend(Protocol):
+    """What the trainer asks of a traversal backend (docs/design.md section 4)."""
+
+    def traverse(
+        self,
+        networks: Networks,
+        *,
+        seed: int,
+        iteration: int,
+        traverser: int,
+        epsilon: float | None = None,
+    ) -> tuple[Samples, dict]:
+        """Samples and statistics; `epsilon` overrides options.epsilon (its schedule)."""
+        ...
+
+    def close(self) -> None:
+        """Releases processes and shared memory (a no-op where there are none)."""
+        ...

@@ -1,0 +1,120 @@
+"""Loading a saved run's networks without a trainer: the trainer's arrays, no torch, errors."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import chex
+import pytest
+
+from lc_cfr.train import Trainer
+from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "configs"))
+import default as default_config  # noqa: E402
+
+ENV = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
+
+
+def _torch_config():
+    """One iteration of the smoke variant with torch everywhere a run can use it, and
+    SD-CFR snapshots, so that every array the loader reads is there."""
+    config = default_config.get_config("smoke,classic")  # modes every backend has
+    config.logging.tensorboard = False
+    config.run.max_iterations = 1
+    config.evaluation.eval_every = 0
+    config.traversal.backend = "recursive"
+    config.traversal.num_workers = 0  # in-process: no worker pool for a test this small
+    config.optimization.learner = "torch"
+    config.sd_cfr.snapshots = 2
+    config.traversal.traversals_per_player = 4  # what is saved, not what is learnt, matters
+    config.optimization.advantage_updates = 2
+    config.optimization.strategy_updates = 2
+    return config
+
+
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory):
+    pytest.importorskip("torch")
+    workdir = tmp_path_factory.mktemp("torch_run")
+    Trainer(_torch_config(), workdir).run()
+    return workdir
+
+
+def test_torch_run_loads_the_trainers_networks(torch_run):
+    saved = load_saved_networks(torch_run)
+    trainer = Trainer(_torch_config(), torch_run)
+    state, _ = trainer.restore()  # the trainer's whole state, memories included
+    assert saved.iteration == state.iteration == 1
+    assert saved.rules == trainer.rules and saved.spec == trainer.spec
+    chex.assert_trees_all_equal(saved.advantage, tuple(state.advantage_params))
+    chex.assert_trees_all_equal(saved.strategy, state.strategy_params)
+    assert saved.snapshots.count == state.sd_count == 1
+    chex.assert_trees_all_equal(saved.snapshots.advantage, state.sd_advantage)
+    assert set(saved.policy_views()) == {"average_strategy", "current", "sd_cfr"}
+    assert saved.config.traversal.backend == "recursive"
+
+
+def test_a_gpu_torch_run_loads_and_evaluates_without_torch(torch_run, tmp_path):
+    """The config names a GPU and a worker pool: neither is built, torch never imported."""
+    workdir = tmp_path / "gpu_run"
+    shutil.copytree(torch_run, workdir)
+    config = json.loads((workdir / "config.json").read_text())
+    config["run"]["device"] = "cuda:0"
+    config["traversal"]["num_workers"] = 4
+    (workdir / "config.json").write_text(json.dumps(config))
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from lc_cfr import evaluate, play
+        from lc_cfr.terminal_game import load_agent
+        from lc_cfr.train.saved_networks import load_saved_networks
+
+        workdir = {str(workdir)!r}
+        assert load_saved_networks(workdir).snapshots.count == 1
+        assert load_agent(workdir).iteration == 1
+        request = evaluate.parse_request(
+            workdir=workdir, opponents="random", games=2, lanes=2, views="average_strategy"
+        )
+        document = evaluate.run_request(request)
+        assert document["checkpoint"] == 1, document
+        assert "torch" not in sys.modules, "torch was imported"
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_errors_name_the_file(torch_run, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_saved_networks(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match=r"config\.json is missing"):
+        load_saved_networks(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"cannot read .*config\.json"):
+        load_saved_networks(tmp_path)
+    (tmp_path / "config.json").write_text((torch_run / "config.json").read_text())
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint in .*checkpoints yet"):
+        load_saved_networks(tmp_path)
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint of iteration 5"):
+        load_saved_networks(torch_run, 5)
+
+    wider = tmp_path / "wider"
+    shutil.copytree(torch_run, wider)
+    config = json.loads((wider / "config.json").read_text())
+    config["network"]["hidden_size"] = 48  # not the checkpoint's width
+    (wider / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"arrays\.npz does not match .*config\.json"):
+        load_saved_networks(wider)
