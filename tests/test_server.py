@@ -24,9 +24,9 @@ import pytest
 import torch
 
 from lc_cfr.nets.mlp import NetworkSpec, layout_shapes
-from lc_cfr.torch_path.nets import TorchMLP, to_layout
-from lc_cfr.torch_path.server import InferenceServer, ServerClient
-from lc_cfr.torch_path.weights import NetSet, WeightBoard, WeightBoardHandle
+from lc_cfr.nets.torch_mlp import TorchMLP, to_layout
+from lc_cfr.traversal.torch.server import InferenceServer, ServerClient
+from lc_cfr.traversal.torch.weights import NetSet, WeightBoard, WeightBoardHandle
 
 SPEC = NetworkSpec(input_size=12, num_actions=5, hidden_size=8, num_layers=2, activation="relu")
 LEAGUE_SIZE = 1

@@ -30,7 +30,8 @@ import pytest
 
 from lc_cfr.train import Trainer
 from lc_cfr.traversal import api, lockstep
-from lc_cfr.traversal.registry import WorkerSettings, make_backend
+from lc_cfr.traversal.registry import make_backend
+from lc_cfr.traversal.torch import WorkerSettings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from traversal_helpers import SPEC, TINY, lockstep_records, networks, options  # noqa: E402

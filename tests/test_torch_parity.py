@@ -26,10 +26,10 @@ import pytest
 import torch
 
 from lc_cfr.learn import learner as lr
+from lc_cfr.learn import torch_learner as tl
 from lc_cfr.memory import reservoir as rv
 from lc_cfr.nets import mlp
-from lc_cfr.torch_path import learner as tl
-from lc_cfr.torch_path import nets as tn
+from lc_cfr.nets import torch_mlp as tn
 
 E, A, N = 6, 4, 96
 K, BATCH = 20, 16
@@ -371,3 +371,21 @@ def test_learner_rejects_bad_arguments():
         learner.train(tn.TorchMLP(spec), memory, np.zeros((3, 4), np.int64))
     with pytest.raises(ValueError, match="indices"):
         learner.train(tn.TorchMLP(spec), memory, np.full((2, 4), N, np.int64))
+
+
+def test_both_learners_keep_the_learner_protocol():
+    """The trainer treats the optax and the torch learner alike (lc_cfr.learn.api)."""
+    from lc_cfr.learn.api import NetworkLearner
+    from lc_cfr.learn.torch_adapter import TrainerTorchLearner
+
+    spec = _spec()
+    sizes = dict(kind="advantage", batch_size=4, num_updates=2, weighting="lcfr")
+    hyper = dict(learning_rate=1e-3, weight_decay=0.0, grad_clip=1.0)
+    optax_learner = lr.Learner(spec, optimizer=lr.make_optimizer(**hyper), **sizes)
+    torch_learner = TrainerTorchLearner(tl.TorchLearner(spec, **hyper, **sizes))
+    for learner in (optax_learner, torch_learner):
+        assert isinstance(learner, NetworkLearner), type(learner)
+        params, _ = learner.init(jax.random.PRNGKey(0))
+        expected = mlp.init_params(spec, jax.random.PRNGKey(0))
+        assert jax.tree.structure(params) == jax.tree.structure(expected)
+    assert not isinstance(object(), NetworkLearner)

@@ -33,7 +33,8 @@ from lc_cfr.nets import mlp
 from lc_cfr.train import anatomy, checkpoint
 from lc_cfr.train.metrics import MetricsWriter, Progress
 from lc_cfr.traversal import api
-from lc_cfr.traversal.registry import WorkerSettings, make_backend
+from lc_cfr.traversal.registry import make_backend
+from lc_cfr.traversal.torch import WorkerSettings
 
 # Config blocks a resumed run may change; every other field must match the checkpoint.
 # How a backend runs (lanes, worker counts, widths) never changes a traversal's samples.
@@ -217,8 +218,8 @@ def learner_from_config(config, spec: mlp.NetworkSpec, kind: str):
             f"network.head={spec.head!r} is implemented by the optax learner only; set "
             "optimization.learner='optax'"
         )
-    from lc_cfr.torch_path import TorchLearner  # torch is imported only if asked for
-    from lc_cfr.torch_path.trainer_learner import TrainerTorchLearner
+    from lc_cfr.learn.torch_adapter import TrainerTorchLearner
+    from lc_cfr.learn.torch_learner import TorchLearner  # torch is imported only if asked for
 
     return TrainerTorchLearner(
         TorchLearner(spec, kind=kind, **hyper, **sizes),

@@ -7,7 +7,7 @@ sample rows, values at the end of a path):
 * `TraversalCore` runs `width` traversals as suspendable contexts. External sampling
   keeps its recursion on an explicit frame stack (one frame per expanded traverser
   node), so a context can stop at any decision that needs a network and resume when the
-  outputs arrive. The driver (`lc_cfr.torch_path.workers.run_chunk`) repeats
+  outputs arrive. The driver (`lc_cfr.traversal.torch.workers.run_chunk`) repeats
 
       rows = core.step(outputs)      # C: resume, advance, pose the next requests
       outputs = forward(core.request_net[:rows], core.request_obs[:rows])

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from lc_cfr.nets.mlp import NetworkSpec, check_layout, layout_shapes
-from lc_cfr.torch_path.nets import TorchMLP
+from lc_cfr.nets.torch_mlp import TorchMLP, resolve_device
 
 # 64 bytes keeps the parameter array cache-line (and float32 SIMD) aligned.
 _HEADER_WORDS = 8
@@ -209,7 +209,7 @@ class WeightBoard:
 
         Args:
             layouts: `num_nets` canonical layouts, indexed by net id (e.g. from
-                `lc_cfr.torch_path.nets.to_layout` or `lc_cfr.nets.mlp.to_layout`).
+                `lc_cfr.nets.torch_mlp.to_layout` or `lc_cfr.nets.mlp.to_layout`).
 
         Returns:
             The new version.
@@ -321,33 +321,6 @@ class WeightBoard:
         if self._owner:
             self.unlink()
         self.close()
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """The torch device for a `run.device` setting: "cpu", "cuda" or "cuda:N".
-
-    Raises:
-        ValueError: naming `run.device`, for another device type, a CUDA device when
-            `torch.cuda.is_available()` is False, or a CUDA index that does not exist.
-    """
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"run.device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from err
-    if resolved.type == "cpu":
-        return resolved
-    if resolved.type != "cuda":
-        raise ValueError(f"run.device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"run.device is {device!r} but torch.cuda.is_available() is False (CPU-only torch "
-            "build or no visible GPU); set run.device='cpu'"
-        )
-    if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-        raise ValueError(
-            f"run.device is {device!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
-        )
-    return resolved
 
 
 class NetSet:

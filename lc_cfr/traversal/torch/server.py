@@ -45,12 +45,12 @@ import numpy as np
 import torch
 
 from lc_cfr.nets.mlp import NetworkSpec
-from lc_cfr.torch_path.weights import (
+from lc_cfr.nets.torch_mlp import resolve_device
+from lc_cfr.traversal.torch.weights import (
     NetSet,
     WeightBoard,
     WeightBoardHandle,
     attach_untracked,
-    resolve_device,
 )
 
 # Words of the int64 control array at the start of the block.

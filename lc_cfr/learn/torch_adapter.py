@@ -23,11 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from lc_cfr.learn.torch_learner import AdamWState, TorchLearner, memory_tensors
 from lc_cfr.memory.reservoir import Reservoir
 from lc_cfr.nets import mlp
-from lc_cfr.torch_path.learner import AdamWState, TorchLearner, memory_tensors
-from lc_cfr.torch_path.nets import from_layout, to_layout
-from lc_cfr.torch_path.weights import resolve_device
+from lc_cfr.nets.torch_mlp import from_layout, resolve_device, to_layout
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))

@@ -30,7 +30,7 @@ import torch
 
 from lc_cfr.learn.learner import KINDS, check_weighting
 from lc_cfr.nets.mlp import NetworkSpec
-from lc_cfr.torch_path.nets import TorchMLP, from_layout, masked_advantages, masked_log_policy
+from lc_cfr.nets.torch_mlp import TorchMLP, from_layout, masked_advantages, masked_log_policy
 
 _ROW_FIELDS = ("info", "mask", "target", "iteration")
 

@@ -144,3 +144,30 @@ def masked_policy(raw_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.to(torch.bool)
     log_policy = masked_log_policy(raw_logits, mask)
     return torch.where(mask, torch.exp(log_policy), torch.zeros_like(log_policy))
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """The torch device for a `run.device` setting: "cpu", "cuda" or "cuda:N".
+
+    Raises:
+        ValueError: naming `run.device`, for another device type, a CUDA device when
+            `torch.cuda.is_available()` is False, or a CUDA index that does not exist.
+    """
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"run.device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from err
+    if resolved.type == "cpu":
+        return resolved
+    if resolved.type != "cuda":
+        raise ValueError(f"run.device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"run.device is {device!r} but torch.cuda.is_available() is False (CPU-only torch "
+            "build or no visible GPU); set run.device='cpu'"
+        )
+    if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"run.device is {device!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
+        )
+    return resolved

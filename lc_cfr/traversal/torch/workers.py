@@ -166,7 +166,7 @@ def worker_init(core_settings: CoreSettings, evaluator: tuple) -> None:
 
 def make_evaluator(evaluator: tuple):
     """An evaluate(net_ids, obs) function from an evaluator description (see worker_init)."""
-    from lc_cfr.torch_path import server, weights
+    from lc_cfr.traversal.torch import server, weights
 
     if evaluator[0] == "server":
         return server.ServerClient(evaluator[1]).evaluate

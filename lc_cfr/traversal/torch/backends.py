@@ -13,7 +13,7 @@ traversals a worker advances together:
   `interleave_max_batch` rows;
 * `server` (Option A of the seeds): the recursion of `recursive` in every worker, every
   request sent through shared-memory slots to an inference server process that batches
-  the requests of all workers (`lc_cfr.torch_path.server`).
+  the requests of all workers (`lc_cfr.traversal.torch.server`).
 
 Every iteration the parent publishes the parameters of all networks to a shared-memory
 `WeightBoard` (weight sync); workers and the server reload when its version moves. The
@@ -34,9 +34,10 @@ import torch
 
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
-from lc_cfr.torch_path import server as server_lib
-from lc_cfr.torch_path import weights
-from lc_cfr.torch_path.workers import (
+from lc_cfr.traversal import api
+from lc_cfr.traversal.torch import WorkerSettings, weights
+from lc_cfr.traversal.torch import server as server_lib
+from lc_cfr.traversal.torch.workers import (
     CoreSettings,
     make_core,
     make_evaluator,
@@ -45,8 +46,6 @@ from lc_cfr.torch_path.workers import (
     worker_chunk,
     worker_init,
 )
-from lc_cfr.traversal import api
-from lc_cfr.traversal.registry import WorkerSettings
 
 NAMES = ("recursive", "interleaved", "server")
 DEVICES = ("cpu", "cuda")
