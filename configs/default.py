@@ -118,6 +118,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.optimization.learning_rate = 1e-3  # AdamW, all three networks
     config.optimization.weight_decay = 0.0  # AdamW decoupled weight decay
     config.optimization.grad_clip = 1.0  # global norm; 0 = off
+    # A non-finite loss, sample or parameter: stop (one-line error, nothing of the
+    # iteration saved) | skip (drop the update or samples, count them in health/*)
+    config.optimization.non_finite = "stop"
     config.optimization.advantage_updates = 512  # updates per iteration per network
     config.optimization.advantage_batch_size = 1024  # samples per update
     config.optimization.strategy_updates = 512  # updates per strategy training

@@ -1,20 +1,28 @@
 """Trains lc_cfr: python -m lc_cfr.main --config=configs/default.py [--workdir=DIR].
 
 Config fields are overridden with --config.a.b=value (ml_collections). Pointing
---workdir at an existing run resumes it from its latest checkpoint.
+--workdir at an existing run resumes it from its latest checkpoint. Errors a user can
+fix (a config field, a run that diverged, a path) end the run with one line naming the
+field, value or path and a non-zero status; --traceback (or LC_CFR_TRACEBACK=1) shows
+the traceback instead.
 """
 
 import os
+import sys
 
 import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from lc_cfr.train import Trainer
+from lc_cfr.train.health import NonFiniteError
 from lc_cfr.train.trainer import default_workdir
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<time>).")
+_TRACEBACK = flags.DEFINE_bool(
+    "traceback", False, "Show the traceback of an error (also LC_CFR_TRACEBACK=1)."
+)
 flags.mark_flags_as_required(["config"])
 
 
@@ -27,11 +35,15 @@ def main(argv):
     workdir = _WORKDIR.value or str(default_workdir())
     logging.info("training in %s", workdir)
     try:
-        trainer = Trainer(_CONFIG.value, workdir)
-    except ValueError as error:  # a bad config field: say which, without a traceback
-        raise app.UsageError(str(error)) from error
-    state = trainer.run()
+        state = Trainer(_CONFIG.value, workdir).run()
+    except (ValueError, NonFiniteError, OSError) as error:
+        if _TRACEBACK.value or os.environ.get("LC_CFR_TRACEBACK") == "1":
+            raise
+        # a bad config field, a diverged run, an unusable path: say which, in one line
+        print(f"lc_cfr.main: error: {error}", file=sys.stderr)
+        return 1
     print(f"finished iteration {state.iteration}; run directory: {workdir}")
+    return 0
 
 
 if __name__ == "__main__":

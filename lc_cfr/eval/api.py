@@ -148,6 +148,12 @@ def evaluate(
     for view in params_views:
         if view not in POLICY_VIEWS:
             raise ValueError(f"params_views: unknown view {view!r}; valid: {list(POLICY_VIEWS)}")
+    for view, params in params_views.items():
+        if not mlp.all_finite(params):
+            raise ValueError(
+                f"the {view} view's networks hold non-finite parameters: a diverged run "
+                "cannot be evaluated (see optimization.non_finite)"
+            )
     if isinstance(view_modes, str):
         view_modes = dict.fromkeys(params_views, view_modes)
     missing = sorted(set(params_views) - set(view_modes))

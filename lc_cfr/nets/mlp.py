@@ -306,3 +306,20 @@ def check_layout(spec: NetworkSpec, layout: Mapping[str, np.ndarray]) -> None:
     unexpected = sorted(set(layout) - set(expected))
     if unexpected:
         raise ValueError(f"parameter layout has unexpected key(s) {unexpected}")
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+    leaves = [
+        jnp.all(jnp.isfinite(leaf))
+        for leaf in jax.tree.leaves(tree)
+        if jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.floating)
+    ]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def all_finite(tree) -> bool:
+    """Whether every floating-point leaf of `tree` (parameters, losses) is finite; the
+    network masks a NaN logit like an illegal action, so NaN parameters must be caught
+    before they are played or saved."""
+    return bool(_all_finite(tree))

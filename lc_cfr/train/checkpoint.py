@@ -19,6 +19,22 @@ import numpy as np
 POINTER = "LATEST"
 
 
+def atomic_write_text(path: pathlib.Path, text: str) -> None:
+    """Writes `text` to `path` through a temporary file and a rename: a crash at any
+    moment leaves either the old file or the new one, never a part of either."""
+    path = pathlib.Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _name(iteration: int) -> str:
     return f"ckpt_{iteration:08d}"
 
@@ -38,9 +54,7 @@ def save(
     if final.exists():  # a rerun of the same iteration replaces it
         shutil.rmtree(final)
     os.rename(staging, final)
-    pointer_tmp = directory / f".{POINTER}.tmp"
-    pointer_tmp.write_text(final.name)
-    os.replace(pointer_tmp, directory / POINTER)
+    atomic_write_text(directory / POINTER, final.name)
     return final
 
 

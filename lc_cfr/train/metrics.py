@@ -7,6 +7,9 @@ import math
 import pathlib
 
 import tqdm
+from absl import logging
+
+from lc_cfr.train.checkpoint import atomic_write_text
 
 HEADLINE = {
     "traversal/nodes_per_second": "nodes/s",
@@ -29,12 +32,23 @@ class MetricsWriter:
             self._tb = SummaryWriter(str(workdir / "tensorboard"))
 
     def _truncate_after(self, iteration: int) -> None:
-        """Drops rows past the checkpoint being resumed, so the file matches the run."""
+        """Drops rows past the checkpoint being resumed, so the file matches the run, and
+        a last row torn by a crash mid-write; rewrites the file atomically."""
         if not self.path.exists():
             return
-        rows = [line for line in self.path.read_text().splitlines() if line.strip()]
-        kept = [row for row in rows if json.loads(row)["iteration"] <= iteration]
-        self.path.write_text("".join(row + "\n" for row in kept))
+        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(lines, 1):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                if number < len(lines):  # only the last write can have been cut short
+                    raise ValueError(f"{self.path} line {number} is not JSON: {error}") from None
+                logging.warning("%s: dropped a torn last line (%d bytes)", self.path, len(line))
+        pairs = zip(lines[: len(rows)], rows, strict=True)
+        kept = [line for line, row in pairs if row["iteration"] <= iteration]
+        if len(kept) < len(lines):
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, row: dict) -> None:
         with open(self.path, "a") as f:

@@ -30,7 +30,7 @@ from lc_cfr.learn import Learner, make_optimizer
 from lc_cfr.learn.learner import check_weighting
 from lc_cfr.memory import reservoir
 from lc_cfr.nets import mlp
-from lc_cfr.train import anatomy, checkpoint
+from lc_cfr.train import anatomy, checkpoint, health
 from lc_cfr.train.metrics import MetricsWriter, Progress
 from lc_cfr.traversal import api
 from lc_cfr.traversal.registry import make_backend
@@ -43,6 +43,7 @@ RESUMABLE_CHANGES = (
     "checkpoint.",
     "logging.",
     "traversal.lanes",
+    "optimization.non_finite",  # what happens to a non-finite update, not what is computed
     "traversal.num_workers",
     "traversal.worker_chunk_size",
     "traversal.interleave_width",
@@ -76,6 +77,7 @@ ADDED_FIELDS = {
     "traversal.epsilon_decay": 1.0,
     "traversal.epsilon_decay_every": 20,
     "traversal.epsilon_min": 0.05,
+    "optimization.non_finite": "stop",
 }
 
 
@@ -360,6 +362,7 @@ class Trainer:
                 "optimization.advantage_init must be 'scratch' or 'warm_start', "
                 f"got {opt.advantage_init!r}"
             )
+        self.non_finite = health.check_mode(opt.non_finite)
         if opt.strategy_train_every < 1:
             raise ValueError("optimization.strategy_train_every must be >= 1")
         sp = config.self_play
@@ -518,7 +521,7 @@ class Trainer:
         timing = dict.fromkeys(
             ["traversal_seconds", "memory_add_seconds", "advantage_train_seconds"], 0.0
         )
-        row: dict = {"iteration": t}
+        row: dict = {"iteration": t, "health/skipped_updates": 0, "health/non_finite_samples": 0}
         totals: dict = {}
         target_totals: dict = {}
         adv_params, adv_opt = list(state.advantage_params), list(state.advantage_opt)
@@ -536,6 +539,7 @@ class Trainer:
             )
             jax.block_until_ready(samples)
             timing["traversal_seconds"] += time.perf_counter() - start
+            samples = self._finite_samples(samples, t, p, row)
             stats["advantage_samples"] = int(jnp.sum(samples.advantage_valid))
             for name, value in stats.items():
                 merge = max if name.endswith("_max") else lambda a, b: a + b
@@ -589,8 +593,14 @@ class Trainer:
             start = time.perf_counter()
             if self.config.optimization.advantage_init == "scratch":
                 adv_params[p], adv_opt[p] = self.advantage_learner.init(self.key(t, p, 3))
-            adv_params[p], adv_opt[p], losses = self.advantage_learner.train(
-                adv_params[p], adv_opt[p], adv_memory[p], self.key(t, p, 4)
+            adv_params[p], adv_opt[p], losses = self._checked(
+                f"advantage network of player {p}",
+                t,
+                self.advantage_learner.train(
+                    adv_params[p], adv_opt[p], adv_memory[p], self.key(t, p, 4)
+                ),
+                (state.advantage_params[p], state.advantage_opt[p]),
+                row,
             )
             jax.block_until_ready(adv_params[p])
             timing["advantage_train_seconds"] += time.perf_counter() - start
@@ -604,8 +614,14 @@ class Trainer:
         start = time.perf_counter()
         strategy_params, strategy_opt = state.strategy_params, state.strategy_opt
         if t % self.config.optimization.strategy_train_every == 0:
-            strategy_params, strategy_opt, losses = self.strategy_learner.train(
-                strategy_params, strategy_opt, strategy_memory, self.key(t, 2, 4)
+            strategy_params, strategy_opt, losses = self._checked(
+                "average-strategy network",
+                t,
+                self.strategy_learner.train(
+                    strategy_params, strategy_opt, strategy_memory, self.key(t, 2, 4)
+                ),
+                (strategy_params, strategy_opt),
+                row,
             )
             jax.block_until_ready(strategy_params)
             row["loss/strategy"] = float(losses["loss_last"])
@@ -620,8 +636,12 @@ class Trainer:
         if self.value_learner is not None:
             start = time.perf_counter()
             # warm-started: the value of the current policies moves a little each iteration
-            value_params, value_opt, losses = self.value_learner.train(
-                value_params, value_opt, value_memory, self.key(t, 3, 4)
+            value_params, value_opt, losses = self._checked(
+                "value network",
+                t,
+                self.value_learner.train(value_params, value_opt, value_memory, self.key(t, 3, 4)),
+                (value_params, value_opt),
+                row,
             )
             jax.block_until_ready(value_params)
             row["value_train_seconds"] = time.perf_counter() - start
@@ -670,6 +690,50 @@ class Trainer:
         row.update(self.evaluate(new_state))
         row["evaluation_seconds"] = time.perf_counter() - start
         return new_state, row
+
+    # ----- health: nothing non-finite is learnt from, kept or saved -----------------
+
+    def _finite_samples(self, samples: api.Samples, t: int, p: int, row: dict) -> api.Samples:
+        """Samples with non-finite targets dropped (`skip`) or refused (`stop`)."""
+        kinds = [
+            ("advantage", samples.advantage_target, samples.advantage_valid),
+            ("strategy", samples.strategy_policy, samples.strategy_valid),
+        ]
+        if samples.value_target is not None:
+            kinds.append(("value", samples.value_target, samples.value_valid))
+        kept = {}
+        for kind, rows, valid in kinds:
+            ok = health.finite_rows(rows)
+            bad = int(jnp.sum(valid & ~ok))
+            if bad and self.non_finite == "stop":
+                raise health.NonFiniteError(
+                    f"iteration {t}: {bad} {kind} samples of player {p}'s traversals have "
+                    f"non-finite targets; stopped before saving ({self._latest_note()}); set "
+                    "optimization.non_finite='skip' to drop such samples"
+                )
+            row["health/non_finite_samples"] += bad
+            kept[f"{kind}_valid"] = valid & ok
+        return samples._replace(**kept)
+
+    def _checked(self, what: str, t: int, result, previous, row: dict):
+        """`result` = (params, opt_state, losses) of a training call if all finite; else
+        the run stops (`stop`) or the update is dropped for `previous` (`skip`)."""
+        params, opt_state, losses = result
+        if health.all_finite((params, losses)):
+            return result
+        if self.non_finite == "stop":
+            raise health.NonFiniteError(
+                f"iteration {t}: the {what} went non-finite in training (last loss "
+                f"{float(losses['loss_last'])}); stopped before saving "
+                f"({self._latest_note()}); lower optimization.learning_rate, or set "
+                "optimization.non_finite='skip' to drop such updates"
+            )
+        row["health/skipped_updates"] += 1
+        return (*previous, losses)
+
+    def _latest_note(self) -> str:
+        latest = checkpoint.latest(self.workdir / "checkpoints")
+        return f"{latest} is the latest state" if latest else "no checkpoint written yet"
 
     def evaluate(self, state: TrainState) -> dict:
         """Mirrored evaluation (and exact exploitability) on the `evaluation` schedules."""
@@ -805,6 +869,11 @@ class Trainer:
         return {**rows, "info": np.concatenate([info[:, : 7 * n], zeros, info[:, 7 * n :]], 1)}
 
     def save(self, state: TrainState, row: dict | None) -> None:
+        networks = (state.advantage_params, state.strategy_params, state.value_params)
+        if not health.all_finite(networks):  # the checks above make this unreachable
+            raise health.NonFiniteError(
+                f"refusing to checkpoint non-finite networks at iteration {state.iteration}"
+            )
         meta = {"league_added": state.league_added, "metrics": row, "seed": self.config.seed}
         if state.sd_advantage is not None:
             meta.update(sd_count=state.sd_count, sd_weight=state.sd_weight)
@@ -851,7 +920,7 @@ class Trainer:
     def run(self) -> TrainState:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._check_resumable()
-        (self.workdir / "config.json").write_text(self.config.to_json(indent=1))
+        checkpoint.atomic_write_text(self.workdir / "config.json", self.config.to_json(indent=1))
         restored = self.restore()
         state, last_row = restored if restored else (self.initial_state(), None)
         metrics = MetricsWriter(
