@@ -40,6 +40,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.run = ml_collections.ConfigDict()
     config.run.max_iterations = 1000  # stop after this many Deep CFR iterations
     config.run.max_minutes = 0.0  # also stop after this much wall-clock; 0 = no limit
+    # Start over in a --workdir whose run has metrics but no readable checkpoint (its
+    # history is overwritten); without it such a run is refused, never silently restarted.
+    config.run.restart = False
     config.run.progress_bar = True  # tqdm bar with ETA and headline metrics
     # Torch networks (backends recursive | interleaved | server, optimization.learner=torch)
     config.run.device = "cpu"  # cpu | cuda[:N] (cuda needs backend=server or num_workers=0)

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import pathlib
+import sys
 from typing import NamedTuple
 
 import jax
@@ -251,6 +252,17 @@ def format_table(metrics: dict) -> str:
 
 
 def main(argv):
+    try:
+        return _main(argv)
+    except app.UsageError as error:
+        if os.environ.get("LC_CFR_TRACEBACK") == "1":
+            raise
+        # one line naming the flag, file or value (LC_CFR_TRACEBACK=1 shows the traceback)
+        print(f"lc_cfr.evaluate: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     request = parse_request(

@@ -13,8 +13,10 @@ import os
 import pathlib
 import shutil
 import tempfile
+import zipfile
 
 import numpy as np
+from absl import logging
 
 POINTER = "LATEST"
 
@@ -58,15 +60,48 @@ def save(
     return final
 
 
+def _iteration(path: pathlib.Path) -> int:
+    return int(path.name.split("_")[1])
+
+
+def complete(directory: pathlib.Path) -> list[pathlib.Path]:
+    """Every checkpoint directory whose files are all in place, oldest first (a save
+    renames a finished staging directory into place, so these are whole saves unless a
+    file was damaged later)."""
+    paths = [
+        path
+        for path in directory.glob("ckpt_*")
+        if (path / "arrays.npz").is_file() and (path / "meta.json").is_file()
+    ]
+    return sorted(paths, key=_iteration)
+
+
 def latest(directory: pathlib.Path) -> pathlib.Path | None:
-    """The checkpoint LATEST names, or None when there is none."""
+    """The checkpoint LATEST names; the newest complete one when LATEST is missing or
+    names a checkpoint that is not there (with a warning); None when there is none."""
     pointer = directory / POINTER
-    if not pointer.exists():
-        return None
-    path = directory / pointer.read_text().strip()
-    if not (path / "arrays.npz").exists():
-        raise FileNotFoundError(f"{pointer} names {path.name}, which is missing or incomplete")
-    return path
+    if pointer.exists():
+        path = directory / pointer.read_text().strip()
+        if (path / "arrays.npz").is_file() and (path / "meta.json").is_file():
+            return path
+        problem = f"{pointer} names {path.name}, which is missing or incomplete"
+    else:
+        problem = f"{pointer} is missing"
+    found = complete(directory) if directory.is_dir() else []
+    if found:
+        logging.warning("%s; using the newest complete checkpoint, %s", problem, found[-1].name)
+        return found[-1]
+    return None
+
+
+def candidates(directory: pathlib.Path) -> list[pathlib.Path]:
+    """Checkpoints to restore from, best first: the latest, then the older complete ones
+    (a damaged latest file falls back to the checkpoint before it)."""
+    first = latest(directory)
+    if first is None:
+        return []
+    older = [path for path in reversed(complete(directory)) if _iteration(path) < _iteration(first)]
+    return [first, *older]
 
 
 def find(directory: pathlib.Path, iteration: int | None) -> pathlib.Path | None:
@@ -79,11 +114,34 @@ def find(directory: pathlib.Path, iteration: int | None) -> pathlib.Path | None:
     return path
 
 
+# What a damaged checkpoint raises when read (truncated or garbled zip, cut JSON).
+READ_ERRORS = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile)
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint file that cannot be read whole; the message names the file."""
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint that reads whole but does not hold what the config describes."""
+
+
 def load(path: pathlib.Path) -> tuple[dict[str, np.ndarray], dict]:
-    """(arrays, metadata) of one checkpoint directory."""
-    with np.load(path / "arrays.npz") as data:
-        arrays = {key: data[key] for key in data.files}
-    return arrays, json.loads((path / "meta.json").read_text())
+    """(arrays, metadata) of one checkpoint directory.
+
+    Raises:
+        DamagedCheckpoint: naming the file, when a file cannot be read whole.
+    """
+    for name in ("meta.json", "arrays.npz"):
+        try:
+            if name == "meta.json":
+                meta = json.loads((path / name).read_text())
+            else:
+                with np.load(path / name) as data:
+                    arrays = {key: data[key] for key in data.files}
+        except READ_ERRORS as error:
+            raise DamagedCheckpoint(f"{path / name} is damaged: {error}") from error
+    return arrays, meta
 
 
 def prune(directory: pathlib.Path, keep_every: int) -> None:

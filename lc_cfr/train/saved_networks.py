@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import zipfile
 from typing import Any, NamedTuple
 
 import jax
@@ -107,13 +106,12 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
     try:
         meta = json.loads((path / "meta.json").read_text())
         found = int(meta["iteration"])
+    except (*checkpoint.READ_ERRORS, TypeError) as error:
+        raise _damaged(path / "meta.json", error, directory) from error
+    try:
         # np.load reads a member only when it is indexed: the memories and optimizer
         # states, most of the file, stay on disk.
-        arrays = np.load(arrays_path)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-        raise ValueError(f"cannot read checkpoint {path}: {error}") from error
-    with arrays:
-        try:
+        with np.load(arrays_path) as arrays:
             advantage = read_tree(arrays, "advantage_params", (params, params))
             strategy = read_tree(arrays, "strategy_params", params)
             snapshots = None
@@ -124,8 +122,10 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
                 )
                 stacks = read_tree(arrays, "sd_advantage", (stack, stack))
                 snapshots = Snapshots(stacks, int(meta["sd_count"]))
-        except (ValueError, KeyError) as error:
-            raise ValueError(f"{arrays_path} does not match {config_path}: {error}") from error
+    except checkpoint.CheckpointMismatch as error:
+        raise ValueError(f"{arrays_path} does not match {config_path}: {error}") from error
+    except checkpoint.READ_ERRORS as error:
+        raise _damaged(arrays_path, error, directory) from error
     return SavedNetworks(
         workdir=workdir,
         iteration=found,
@@ -136,3 +136,10 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
         strategy=strategy,
         snapshots=snapshots,
     )
+
+
+def _damaged(file: pathlib.Path, error: Exception, directory: pathlib.Path) -> ValueError:
+    """The error for a damaged checkpoint file, naming the checkpoints that may serve."""
+    others = [path.name for path in checkpoint.complete(directory) if path != file.parent]
+    hint = f"other checkpoints: {', '.join(others)} (pick one with --checkpoint=N)"
+    return ValueError(f"{file} is damaged ({error}); {hint if others else 'no other checkpoint'}")

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from absl import logging
 
 from lc_cfr.bots import BOT_NAMES
 from lc_cfr.eval import POLICY_VIEWS, SD_CFR, Snapshots, evaluate
@@ -78,6 +79,7 @@ ADDED_FIELDS = {
     "traversal.epsilon_decay_every": 20,
     "traversal.epsilon_min": 0.05,
     "optimization.non_finite": "stop",
+    "run.restart": False,
 }
 
 
@@ -881,12 +883,30 @@ class Trainer:
         checkpoint.prune(self.workdir / "checkpoints", self.config.checkpoint.save_every)
 
     def restore(self, iteration: int | None = None) -> tuple[TrainState, dict | None] | None:
-        """The state of checkpoint `iteration` (latest if None), or None without one."""
-        path = checkpoint.find(self.workdir / "checkpoints", iteration)
-        if path is None:
-            return None
-        arrays, meta = checkpoint.load(path)
-        return self._from_arrays(arrays, meta), meta.get("metrics")
+        """The state of checkpoint `iteration`, or None without one. With `iteration`
+        None: the latest checkpoint, or, when its files are damaged, the newest older one
+        that reads whole (with a warning naming the damaged file)."""
+        directory = self.workdir / "checkpoints"
+        if iteration is not None:
+            paths = [checkpoint.find(directory, iteration)]
+        else:
+            paths = checkpoint.candidates(directory)
+        damaged = []
+        for path in paths:
+            try:
+                arrays, meta = checkpoint.load(path)
+            except checkpoint.DamagedCheckpoint as error:
+                if iteration is not None:
+                    raise
+                logging.warning("%s; falling back to the checkpoint before it", error)
+                damaged.append(str(error))
+                continue
+            return self._from_arrays(arrays, meta), meta.get("metrics")
+        if damaged:
+            raise checkpoint.DamagedCheckpoint(
+                f"no checkpoint in {directory} reads whole: " + "; ".join(damaged)
+            )
+        return None
 
     def _templates(self):
         params = jax.eval_shape(lambda: mlp.init_params(self.spec, jax.random.PRNGKey(0)))
@@ -922,6 +942,8 @@ class Trainer:
         self._check_resumable()
         checkpoint.atomic_write_text(self.workdir / "config.json", self.config.to_json(indent=1))
         restored = self.restore()
+        if restored is None and not self.config.run.restart:
+            _refuse_to_restart(self.workdir)
         state, last_row = restored if restored else (self.initial_state(), None)
         metrics = MetricsWriter(
             self.workdir, tensorboard=self.config.logging.tensorboard, resume_after=state.iteration
@@ -971,12 +993,24 @@ def read_tree(arrays, name: str, template):
     for path, leaf in leaves:
         key = name + jax.tree_util.keystr(path)
         if key not in arrays or arrays[key].shape != np.shape(leaf):
-            raise ValueError(
+            raise checkpoint.CheckpointMismatch(
                 f"checkpoint field {key} is missing or not of shape {np.shape(leaf)} "
                 "(does config.json match the checkpoint?)"
             )
         values.append(jnp.asarray(arrays[key], dtype=leaf.dtype))
     return jax.tree_util.tree_unflatten(jax.tree.structure(template), values)
+
+
+def _refuse_to_restart(workdir: pathlib.Path) -> None:
+    """A run directory with a history but no checkpoint is not silently started over."""
+    metrics = workdir / "metrics.jsonl"
+    rows = metrics.read_text().count("\n") if metrics.exists() else 0
+    if rows:
+        raise ValueError(
+            f"{workdir} holds a run ({metrics} has {rows} rows) but no checkpoint to resume "
+            "from; set run.restart=True to train it again from scratch (its history is "
+            "overwritten), or use another --workdir"
+        )
 
 
 def _has_row(path: pathlib.Path, iteration: int) -> bool:
