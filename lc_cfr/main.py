@@ -46,5 +46,17 @@ def main(argv):
     return 0
 
 
+def parse_flags(argv):
+    """absl's parser, with a mistyped --config.* field reported in one line."""
+    try:
+        return app.parse_flags_with_usage(argv)
+    except (KeyError, AttributeError, TypeError, ValueError) as error:
+        if "--traceback" in argv or os.environ.get("LC_CFR_TRACEBACK") == "1":
+            raise
+        message = error.args[0] if error.args else error
+        print(f"lc_cfr.main: error: {' '.join(str(message).split())}", file=sys.stderr)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

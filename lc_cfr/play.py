@@ -21,13 +21,19 @@ This module is the command line only; the game itself is `lc_cfr.terminal_game`.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
-import jax
-from absl import app, flags, logging
+if __name__ == "__main__":
+    # Ctrl-C while JAX loads (a few seconds) leaves quietly instead of with a traceback
+    # from inside an import; main() hands SIGINT back to the game's own handling.
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 
-from lc_cfr.terminal_game import MODES, Game, PlayError, load_agent
+import jax  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
+
+from lc_cfr.terminal_game import MODES, Game, PlayError, load_agent  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -87,6 +93,7 @@ def _parse_flags(argv):
 
 
 def main(argv) -> int:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # KeyboardInterrupt from here
     logging.set_verbosity(logging.WARNING)  # no INFO lines (jax's backend probing) on stderr
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]} (all options are --flags)", status=2)

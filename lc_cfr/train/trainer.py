@@ -348,6 +348,7 @@ class Trainer:
         self.rules = rules_from_config(config)
         self.spec = spec_from_config(config, self.rules)
         self.options = options_from_config(config)
+        api.validate_options(self.options, self.rules)  # before the backend's own settings
         _check_epsilon_schedule(config)
         self.backend = make_backend(
             config.traversal.backend,
