@@ -46,6 +46,7 @@ import torch
 
 from lc_cfr.nets.mlp import NetworkSpec
 from lc_cfr.nets.torch_mlp import resolve_device
+from lc_cfr.traversal.torch.lifeline import exit_with_parent
 from lc_cfr.traversal.torch.weights import (
     NetSet,
     WeightBoard,
@@ -577,6 +578,7 @@ def _server_main(
     """The server process: attach, report ready on the lifeline, then serve until stopped."""
     # Ctrl-C reaches the whole process group; the parent decides when the server stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent()  # nor its server
     board = shm = None
     try:
         torch.set_num_threads(config.torch_threads)

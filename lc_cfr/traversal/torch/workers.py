@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from lc_cfr.traversal.cy_traversal import STAT_NAMES, RecursiveTraversal, TraversalCore
+from lc_cfr.traversal.torch.lifeline import exit_with_parent
 
 KINDS = ("advantage", "strategy")
 ROW_FIELDS = {"advantage": ("info", "mask", "target"), "strategy": ("info", "mask", "policy")}
@@ -158,6 +159,7 @@ def worker_init(core_settings: CoreSettings, evaluator: tuple) -> None:
         evaluator: ("netset", board_handle, spec, device, use_amp, compile) or
             ("server", client_handle).
     """
+    exit_with_parent()  # a trainer killed outright must not leave its pool behind
     torch.set_num_threads(1)
     _PROCESS["core"] = make_core(core_settings)
     _PROCESS["max_batch"] = core_settings.max_batch
