@@ -1,14 +1,24 @@
-"""JAX engine vs Cython engine, bit for bit (docs/design.md section 6).
+"""JAX engine vs Cython engine, bit for bit (docs/design.md section 6), with chex.
 
 Random legal games are played on the vmapped JAX engine and replayed on the Cython
 engine; at every decision the full public state, both players' encodings, the legal
 mask, the scores and the terminal/truncated flags must be identical.
+
+Every comparison is a `chex.assert_trees_all_equal` (bit-exact, no tolerance anywhere in
+this file) over a whole pytree (a game's decisions and final state), so a failure names
+the game and the leaf (e.g. 'decisions/states/hands'). `EngineFunctionsTest` runs the
+unbatched engine functions (init/step/legal_action_mask/observe/returns) under
+`chex.variants`, with and without jit, against CyGame on a few games of the tiny rules;
+its jitted variant also holds each function to a single trace (`chex.assert_max_traces`)
+over all its games.
 """
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from traversal_helpers import TINY
 
 from lc_cfr.game import cy_engine, engine, rng
 from lc_cfr.game.random_play import play_random_games, record_random_games
@@ -51,8 +61,19 @@ STATE_FIELDS = [
 SEED = 20261130
 
 
+def _fields(state) -> dict:
+    """{field: array} of STATE_FIELDS, from a CyGame state dict or a JAX engine State."""
+    if isinstance(state, dict):
+        return {name: state[name] for name in STATE_FIELDS}
+    return {name: getattr(state, name) for name in STATE_FIELDS}
+
+
 def _replay_on_cython(rules, seed, game, actions):
-    """Replays one game's actions on CyGame; returns per-decision records and the game."""
+    """Replays one game's actions on CyGame.
+
+    Returns ({"states": {field: [D, ...]}, "masks": [D, A], "observations": [D, 2, E]}
+    over its D decisions, and the finished game).
+    """
     game_state = cy_engine.CyGame(rules)
     game_state.deal(seed, game, 0)
     records = {name: [] for name in STATE_FIELDS}
@@ -67,47 +88,110 @@ def _replay_on_cython(rules, seed, game, actions):
         observations.append(np.stack([game_state.encode_array(p) for p in (0, 1)]))
         game_state.apply(int(action))
     stacked = {name: np.stack(values) for name, values in records.items()}
-    return stacked, np.stack(masks), np.stack(observations), game_state
+    decisions = {
+        "states": stacked,
+        "masks": np.stack(masks),
+        "observations": np.stack(observations),
+    }
+    return decisions, game_state
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_random_games_identical_at_every_decision(variant):
     rules, n_games, batch = VARIANTS[variant]
     n = rules.n_cards
+    batch_returns = jax.jit(jax.vmap(engine.returns, in_axes=(None, 0)), static_argnums=0)
     decisions = shown = 0
     for first in range(0, n_games, batch):
         games = jnp.arange(first, first + batch, dtype=jnp.int32)
         trajectory = jax.device_get(record_random_games(rules, SEED, 0, games))
+        states, final_states = _fields(trajectory.states), _fields(trajectory.final)
+        returns = np.asarray(batch_returns(rules, trajectory.final))
         for b in range(batch):
             actions = trajectory.actions[:, b]
             length = int(np.sum(actions >= 0))
-            cy_states, cy_masks, cy_obs, final = _replay_on_cython(rules, SEED, first + b, actions)
+            replay, final = _replay_on_cython(rules, SEED, first + b, actions)
             assert final.terminal, f"{variant} game {first + b} not over after {length} moves"
-            for name in STATE_FIELDS:
-                jax_values = np.asarray(getattr(trajectory.states, name)[:length, b])
-                np.testing.assert_array_equal(
-                    cy_states[name], jax_values, err_msg=f"{variant} game {first + b}: {name}"
-                )
-            np.testing.assert_array_equal(cy_masks, trajectory.masks[:length, b])
+            cy_obs = replay["observations"]
             assert cy_obs.dtype == np.float32
-            np.testing.assert_array_equal(cy_obs, trajectory.observations[:length, b])
+            chex.assert_trees_all_equal(
+                {
+                    "decisions": replay,
+                    "final": {"state": _fields(final.state_dict()), "returns": final.returns()},
+                },
+                {
+                    "decisions": {
+                        "states": {name: x[:length, b] for name, x in states.items()},
+                        "masks": trajectory.masks[:length, b],
+                        "observations": trajectory.observations[:length, b],
+                    },
+                    "final": {
+                        "state": {name: x[b] for name, x in final_states.items()},
+                        "returns": returns[b],
+                    },
+                },
+                custom_message=f"{variant} game {first + b}",
+            )
             # the own_known block is each player's own known_cards, the mirror of opp_known
             own_known = cy_obs[:, :, 7 * n : 8 * n]
-            np.testing.assert_array_equal(own_known, cy_states["known_cards"])
-            np.testing.assert_array_equal(own_known, cy_obs[:, ::-1, 5 * n : 6 * n])
-            shown += int(own_known.sum())
-            final_dict = final.state_dict()
-            for name in STATE_FIELDS:
-                np.testing.assert_array_equal(
-                    final_dict[name], np.asarray(getattr(trajectory.final, name)[b])
-                )
-            np.testing.assert_array_equal(
-                final.returns(),
-                engine.returns(rules, jax.tree.map(lambda x, b=b: x[b], trajectory.final)),
+            chex.assert_trees_all_equal(
+                own_known, replay["states"]["known_cards"], cy_obs[:, ::-1, 5 * n : 6 * n]
             )
+            shown += int(own_known.sum())
             decisions += length
     assert decisions > n_games  # every game took decisions
     assert shown > 0  # random play draws from piles, so the block was exercised
+
+
+ENGINE_FUNCTIONS = ("init", "step", "legal_action_mask", "observe", "returns")
+# random games of TINY per variant: eager dispatch is slow, so few games without jit
+VARIANT_GAMES = {"with_jit": 12, "without_jit": 3}
+
+
+class EngineFunctionsTest(chex.TestCase):
+    """The unbatched engine functions, jitted and not, against CyGame, decision by decision."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_engine_functions_match_cython(self):
+        chex.clear_trace_counter()
+        jitted = self.variant.type == chex.ChexVariantType.WITH_JIT
+        functions = [getattr(engine, name) for name in ENGINE_FUNCTIONS]
+        if jitted:  # same-shaped arguments all along: nothing may retrace
+            functions = [chex.assert_max_traces(fn, n=1) for fn in functions]
+        init, step, legal_action_mask, observe, returns = (
+            self.variant(fn, static_argnums=0) for fn in functions
+        )
+        choices = np.random.default_rng(SEED)
+        decisions = 0
+        for game in range(VARIANT_GAMES["with_jit" if jitted else "without_jit"]):
+            state = init(TINY, SEED, game, 0)
+            cy_game = cy_engine.CyGame(TINY)
+            cy_game.deal(SEED, game, 0)
+            while not cy_game.terminal:
+                cy_mask = cy_game.legal_mask_array()
+                chex.assert_trees_all_equal(
+                    {
+                        "state": _fields(cy_game.state_dict()),
+                        "mask": cy_mask,
+                        "observations": [cy_game.encode_array(p) for p in (0, 1)],
+                    },
+                    {
+                        "state": _fields(state),
+                        "mask": legal_action_mask(TINY, state),
+                        "observations": [observe(TINY, state, p) for p in (0, 1)],
+                    },
+                    custom_message=f"game {game}, decision {decisions}",
+                )
+                action = int(choices.choice(np.flatnonzero(cy_mask)))
+                cy_game.apply(action)
+                state = step(TINY, state, action)
+                decisions += 1
+            chex.assert_trees_all_equal(
+                {"state": _fields(cy_game.state_dict()), "returns": cy_game.returns()},
+                {"state": _fields(state), "returns": returns(TINY, state)},
+                custom_message=f"game {game} at its end",
+            )
+        assert decisions > 0
 
 
 # Colour 0 holds cards 0 (wager) and 1..4, colour 1 holds 5 (wager) and 6..9; H = 3.
@@ -144,12 +228,12 @@ def test_own_known_block_hand_built_game():
         assert not game.terminal
         for p in (0, 1):
             enc = game.encode_array(p)
-            np.testing.assert_array_equal(np.asarray(observe(rules, state, p)), enc)
+            chex.assert_trees_all_equal(observe(rules, state, p), enc, custom_message=f"{p}")
             assert np.flatnonzero(enc[7 * n : 8 * n]).tolist() == expected[p], (action, p)
             # the opponent's opp_known block shows the same cards
             opp = game.encode_array(1 - p)
             assert np.flatnonzero(opp[5 * n : 6 * n]).tolist() == expected[p], (action, p)
-    np.testing.assert_array_equal(game.state_dict()["hands"], [[0, 2, 4], [5, 6, 7]])
+    chex.assert_trees_all_equal(game.state_dict()["hands"], np.array([[0, 2, 4], [5, 6, 7]]))
 
 
 @pytest.mark.parametrize("variant", ["default", "one_color", "six_colors"])
@@ -158,10 +242,11 @@ def test_batch_random_play_totals_agree(variant):
     games = jnp.arange(100, 164, dtype=jnp.int32)
     jax_stats = jax.device_get(play_random_games(rules, SEED, 3, games))
     cy_stats = cy_engine.play_random_games(rules, SEED, 3, 100, 64)
-    assert int(jax_stats.decisions) == cy_stats["decisions"]
-    assert int(jax_stats.truncated) == cy_stats["truncated"]
-    assert int(jax_stats.score_diff_sum) == cy_stats["score_diff_sum"]
-    assert int(jax_stats.checksum) == cy_stats["checksum"] % 2**32
+    totals = ("decisions", "truncated", "score_diff_sum", "checksum")
+    chex.assert_trees_all_equal(
+        {name: int(getattr(jax_stats, name)) for name in totals},
+        {name: cy_stats[name] % 2**32 if name == "checksum" else cy_stats[name] for name in totals},
+    )
     # the benchmark's no-encoding breakdown plays the very same games
     jax_bare = play_random_games(rules, SEED, 3, games, with_encoding=False)
     cy_bare = cy_engine.play_random_games(rules, SEED, 3, 100, 64, with_encoding=False)
@@ -177,8 +262,9 @@ def test_deals_identical(variant):
         jax_deck = np.asarray(engine.deal_order(rules, seed, game, iteration))
         cy_game = cy_engine.CyGame(rules)
         cy_game.deal(seed, game, iteration)
-        np.testing.assert_array_equal(jax_deck, reference)
-        np.testing.assert_array_equal(cy_game.state_dict()["deck"], reference)
+        chex.assert_trees_all_equal(
+            reference, jax_deck, cy_game.state_dict()["deck"], custom_message=f"{seed, game}"
+        )
         assert sorted(reference.tolist()) == list(range(rules.n_cards))
 
 
@@ -188,7 +274,7 @@ def test_generator_identical_in_jax_c_and_python():
     words = words.astype(np.uint32)
     jax_bits = np.asarray(rng.random_bits(*[jnp.asarray(w) for w in words]))
     c_bits = cy_engine.random_bits_array(*words)
-    np.testing.assert_array_equal(jax_bits, c_bits)
+    chex.assert_trees_all_equal(jax_bits, c_bits)
     for column in range(50):
         assert rng.random_bits_py(*[int(w) for w in words[:, column]]) == int(c_bits[column])
     assert cy_engine.random_bits(1, 2, 3, 4, 5) == rng.random_bits_py(1, 2, 3, 4, 5)

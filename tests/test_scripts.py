@@ -62,3 +62,30 @@ def test_best_response_refuses_unknown_fields(tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("best_response.py", "--preset=smoke", "--set=traversal.nope=1")
     assert "unknown config field 'traversal.nope'" in failure.value.stderr
+
+
+@pytest.mark.slow
+def test_expeditions_follows_every_opened_expedition(tmp_path):
+    run = tmp_path / "run"
+    _script(
+        "best_response.py",
+        "--preset=smoke",
+        "--opponent=passive_discard",
+        "--iterations=1",
+        "--eval-every=0",
+        "--games=8",
+        f"--workdir={run}",
+    )
+    out = tmp_path / "expeditions.json"
+    for view in ("average_strategy", "current"):
+        _script(
+            "expeditions.py", f"--workdir={run}", f"--view={view}", "--deals=2", f"--json={out}"
+        )
+        summary = json.loads(out.read_text())
+        assert summary["games"] == 4 and summary["checkpoint"] == 1
+        opened = sum(row["openings"] for row in summary["by_deck_left"])
+        assert opened == round(summary["openings_per_game"] * 4)
+        assert all(0.0 <= row["negative_share"] <= 1.0 for row in summary["by_deck_left"])
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("expeditions.py", f"--workdir={tmp_path / 'none'}")
+    assert "does not exist" in failure.value.stderr

@@ -1,16 +1,24 @@
 """The Cython + torch backends against `jax` (docs/design.md section 6), and their machinery.
 
-Every mode of docs/design.md section 3 that they implement runs through `recursive` and
-`interleaved` (in-process, so a case costs milliseconds) and a representative subset
-through `server` (a real server process): each must give the lockstep backend's sample
-set, the same information states, masks and slots, targets within TARGET_RTOL /
-TARGET_ATOL, and the same statistics; `interleaved` (suspendable contexts) and `server`
-must give the samples of `recursive` (C recursion) bit for bit.
+The cases are the rows of the parity table `TRAVERSAL_CASES` (tests/traversal_helpers.py,
+shared with the lockstep-vs-reference tests) flagged `torch`: every mode of
+docs/design.md section 3 that the torch backends implement. Each runs through
+`recursive` and `interleaved` (in-process, so a case costs milliseconds) and a
+representative subset through `server` (a real server process): each must give the
+lockstep backend's sample set, the same information states, masks and slots, targets
+within TARGET_RTOL / TARGET_ATOL, and the same statistics; `interleaved` (suspendable
+contexts) and `server` must give the samples of `recursive` (C recursion) bit for bit.
 
 The test networks are dyadic (tests/traversal_helpers.py), so flax and torch forwards
 agree bit for bit and every sampled action is the same; the targets still differ in the
 last bits because XLA may fuse multiply-adds and compute a division as a multiplication
 by a reciprocal where the C core does neither.
+
+All comparisons are chex pytree assertions: a run's samples are one pytree (kind ->
+(traversal, node) -> info/mask/target), infos and masks compared with
+`chex.assert_trees_all_equal`, targets with `chex.assert_trees_all_close` (or equal, where
+bit-exact), statistics, losses and trained parameters as dicts, so a failure names the
+leaf.
 
 Worker pools are checked to give the in-process samples exactly, a dead server must fail
 a traversal within seconds, and short training runs of each backend stay close to the
@@ -24,8 +32,7 @@ import signal
 import sys
 import time
 
-import jax
-import numpy as np
+import chex
 import pytest
 
 from lc_cfr.train import Trainer
@@ -34,10 +41,27 @@ from lc_cfr.traversal.registry import make_backend
 from lc_cfr.traversal.torch import WorkerSettings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from traversal_helpers import SPEC, TINY, lockstep_records, networks, options  # noqa: E402
+from traversal_helpers import (  # noqa: E402
+    SPEC,
+    TINY,
+    TRAVERSAL_CASES,
+    lockstep_records,
+    networks,
+    options,
+)
 
+# C targets vs XLA targets: the same arithmetic in another order (fused multiply-adds, a
+# division by a multiplication with a reciprocal), so a few float32 ulps apart.
 TARGET_RTOL = 1e-5  # relative to the target's magnitude
-TARGET_ATOL = 1e-6  # float32 rounding of the policy arithmetic
+TARGET_ATOL = 1e-6  # float32 rounding of the policy arithmetic, near-zero targets
+# short training runs: same samples, but losses of networks trained on targets that
+# differ by the rounding above (and real, not dyadic, networks): 1e-4 relative, with
+# pytest.approx's absolute floor of 1e-12 (the bound these tests had before chex)
+RUN_LOSS_RTOL, RUN_LOSS_ATOL = 1e-4, 1e-12
+LOSSES = ("loss/advantage_p0", "loss/advantage_p1", "loss/strategy")
+# optax vs torch learner after two smoke iterations: float32 rounding of two different
+# implementations of AdamW, accumulated over the iterations' updates
+RUN_PARAM_RTOL, RUN_PARAM_ATOL = 1e-4, 1e-5
 EXACT_STATS = (
     "nodes",
     "terminals",
@@ -48,37 +72,13 @@ EXACT_STATS = (
     "clipped_values",
 )
 
-CASES = {
-    "outcome": {},
-    "outcome_zero_regret": dict(unsampled_regret="zero"),
-    "outcome_no_clip": dict(value_clip=0.0),
-    "outcome_tight_clip": dict(value_clip=0.5),
-    "outcome_cutoff_score": dict(cutoff_turns=4),
-    "outcome_cutoff_rollouts": dict(
-        cutoff_turns=4, cutoff_value_mode="rollouts", rollout_policy="safe_heuristic"
-    ),
-    "outcome_average_strategy": dict(opponent_policy="average_strategy"),
-    "outcome_league": dict(opponent_policy="league"),
-    "outcome_bot_safe": dict(opponent_policy="safe_heuristic"),
-    "outcome_bot_noisy": dict(opponent_policy="noisy_safe", strategy_samples="traverser"),
-    "outcome_bot_random": dict(opponent_policy="random"),
-    "outcome_store_both": dict(strategy_samples="both"),
-    "outcome_uniform_fallback": dict(fallback="uniform"),
-    "external_depth1": dict(sampling_mode="external", max_depth=1),
-    "external_depth2": dict(sampling_mode="external", max_depth=2),
-    "external_cutoff_score": dict(sampling_mode="external", cutoff_turns=3),
-    "external_cutoff_rollouts": dict(
-        sampling_mode="external", cutoff_turns=4, cutoff_value_mode="rollouts"
-    ),
-    "external_league": dict(sampling_mode="external", opponent_policy="league"),
-    "external_bot": dict(sampling_mode="external", opponent_policy="passive_discard"),
-    "external_average_both": dict(
-        sampling_mode="external", opponent_policy="average_strategy", strategy_samples="both"
-    ),
-}
+# the table's rows flagged torch (each costs seconds; the table's other rows in modes the
+# torch backends have only recombine these rows' modes, and test_traversal.py holds them
+# to the reference)
+CASES = sorted(name for name, case in TRAVERSAL_CASES.items() if case.torch)
 SERVER_CASES = (
-    "outcome",
-    "outcome_cutoff_rollouts",
+    "outcome_lanes4",
+    "outcome_cutoff4_safe_rollouts",
     "outcome_average_strategy",
     "external_league",
     "external_bot",
@@ -109,32 +109,34 @@ def assert_same_samples(got, want, opts, *, exact=False) -> dict:
     """
     per = api.slots_per_traversal(TINY, opts)
     got, want = lockstep_records(got, *per), lockstep_records(want, *per)
-    for kind in ("advantage", "strategy"):
+    kinds = ("advantage", "strategy")
+    for kind in kinds:
         assert sorted(got[kind]) == sorted(want[kind]), kind
-        for key, (info, mask, target) in want[kind].items():
-            g_info, g_mask, g_target = got[kind][key]
-            np.testing.assert_array_equal(g_info, info, err_msg=f"{kind} {key}")
-            np.testing.assert_array_equal(g_mask, mask, err_msg=f"{kind} {key}")
-            if exact:
-                np.testing.assert_array_equal(g_target, target, err_msg=f"{kind} {key}")
-            else:
-                np.testing.assert_allclose(
-                    g_target, target, rtol=TARGET_RTOL, atol=TARGET_ATOL, err_msg=f"{kind} {key}"
-                )
+    part = lambda records, field: {  # noqa: E731
+        kind: {key: record[field] for key, record in records[kind].items()} for kind in kinds
+    }
+    chex.assert_trees_all_equal(
+        {"info": part(got, "info"), "mask": part(got, "mask")},
+        {"info": part(want, "info"), "mask": part(want, "mask")},
+    )
+    if exact:
+        chex.assert_trees_all_equal(part(got, "target"), part(want, "target"))
+    else:
+        chex.assert_trees_all_close(
+            part(got, "target"), part(want, "target"), rtol=TARGET_RTOL, atol=TARGET_ATOL
+        )
     return {kind: len(want[kind]) for kind in want}
 
 
 def assert_same_stats(stats, want: api.TraversalStats):
-    assert {k: stats[k] for k in EXACT_STATS} == {
-        "nodes": want.nodes,
-        "terminals": want.terminals,
-        "truncations": want.truncations,
-        "cutoffs": want.cutoffs,
-        "endpoint_depth_sum": want.endpoint_depth_sum,
-        "rollout_decisions": want.rollout_decisions,
-        "clipped_values": want.clipped_values,
-    }
+    chex.assert_trees_all_equal(
+        {k: stats[k] for k in EXACT_STATS}, {k: getattr(want, k) for k in EXACT_STATS}
+    )
     assert stats["policy_calls"] > 0 and stats["forward_batches"] > 0
+
+
+def assert_equal_stats(stats, want, keys=EXACT_STATS + ("policy_calls",)):
+    chex.assert_trees_all_equal({k: stats[k] for k in keys}, {k: want[k] for k in keys})
 
 
 def run_backend(name, opts, traverser, **overrides):
@@ -147,11 +149,11 @@ def run_backend(name, opts, traverser, **overrides):
         backend.close()
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", CASES)
 def test_recursive_and_interleaved_match_jax(case):
     """recursive ~ jax (within tolerance); interleaved == recursive (bit for bit: the two
     C walks share their per-node arithmetic and differ only in control flow)."""
-    opts = options(num_traversals=QUOTA, **CASES[case])
+    opts = TRAVERSAL_CASES[case].options(num_traversals=QUOTA)
     counts = {"advantage": 0, "strategy": 0}
     for traverser in (0, 1):
         want, want_stats = jax_result(opts, traverser)
@@ -164,8 +166,7 @@ def test_recursive_and_interleaved_match_jax(case):
         assert stats["forward_batches"] <= stats["policy_calls"] <= 2 * stats["forward_batches"]
         interleaved, interleaved_stats = run_backend("interleaved", opts, traverser)
         assert_same_samples(interleaved, recursive, opts, exact=True)
-        for key in EXACT_STATS + ("policy_calls",):
-            assert interleaved_stats[key] == stats[key], key
+        assert_equal_stats(interleaved_stats, stats)
     assert min(counts.values()) > 0, f"the case stores no samples of a kind: {counts}"
     if case == "outcome_tight_clip":  # the clip statistic is exercised, not just zero
         assert stats["clipped_values"] > 0
@@ -173,7 +174,7 @@ def test_recursive_and_interleaved_match_jax(case):
 
 @pytest.mark.parametrize("case", SERVER_CASES)
 def test_server_matches_jax(case):
-    opts = options(num_traversals=QUOTA, **CASES[case])
+    opts = TRAVERSAL_CASES[case].options(num_traversals=QUOTA)
     want, want_stats = jax_result(opts, 1)
     got, stats = run_backend("server", opts, 1)
     assert_same_samples(got, want, opts)
@@ -185,12 +186,11 @@ def test_server_matches_jax(case):
 
 @pytest.mark.parametrize("name", ["recursive", "interleaved", "server"])
 def test_worker_pool_gives_the_in_process_samples(name):
-    opts = options(num_traversals=QUOTA, **CASES["outcome_league"])
+    opts = TRAVERSAL_CASES["outcome_league"].options(num_traversals=QUOTA)
     local, local_stats = run_backend(name, opts, 0)
     pooled, pooled_stats = run_backend(name, opts, 0, num_workers=2, chunk_size=3)
     assert_same_samples(pooled, local, opts, exact=True)
-    for key in EXACT_STATS + ("policy_calls",):
-        assert pooled_stats[key] == local_stats[key], key
+    assert_equal_stats(pooled_stats, local_stats)
     if name == "server":  # two workers' requests can share a server batch
         assert 1 <= pooled_stats["server_batch_max"] <= 4
 
@@ -286,6 +286,21 @@ def test_modes_of_the_jax_backend_only_are_refused_naming_it(overrides, field):
             )
 
 
+def test_torch_cases_are_modes_the_torch_backends_run():
+    """The table's torch flags stay within what the backends accept (their check_modes)."""
+    from lc_cfr.traversal.torch.backends import check_modes
+
+    supported = set()
+    for name, case in TRAVERSAL_CASES.items():
+        try:
+            check_modes("recursive", case.options(), SPEC)
+        except ValueError:
+            continue
+        supported.add(name)
+    assert set(CASES) <= supported, sorted(set(CASES) - supported)
+    assert set(SERVER_CASES) <= set(CASES)
+
+
 def test_cuda_is_refused_without_a_gpu():
     import torch
 
@@ -338,11 +353,19 @@ def test_short_training_runs_agree_with_jax(tmp_path):
     for backend in ("recursive", "interleaved", "server"):
         _, rows = _train(tmp_path / backend, backend)
         assert len(rows) == len(want) == 2
-        for got_row, want_row in zip(rows, want, strict=True):
-            for key in ("traversal/nodes", "traversal/terminals", "memory/strategy_seen"):
-                assert got_row[key] == want_row[key], (backend, key)
-            for key in ("loss/advantage_p0", "loss/advantage_p1", "loss/strategy"):
-                assert got_row[key] == pytest.approx(want_row[key], rel=1e-4), (backend, key)
+        counts = ("traversal/nodes", "traversal/terminals", "memory/strategy_seen")
+        chex.assert_trees_all_equal(
+            [{key: row[key] for key in counts} for row in rows],
+            [{key: row[key] for key in counts} for row in want],
+            custom_message=backend,
+        )
+        chex.assert_trees_all_close(
+            [{key: row[key] for key in LOSSES} for row in rows],
+            [{key: row[key] for key in LOSSES} for row in want],
+            rtol=RUN_LOSS_RTOL,
+            atol=RUN_LOSS_ATOL,
+            custom_message=backend,
+        )
 
 
 @pytest.mark.slow
@@ -353,21 +376,28 @@ def test_torch_learner_tracks_optax_and_resumes_exactly(tmp_path):
     torch_state, torch_rows = _train(
         tmp_path / "torch", "recursive", **{"optimization.learner": "torch"}
     )
-    for a, b in zip(
-        jax.tree.leaves(optax_state.advantage_params + (optax_state.strategy_params,)),
-        jax.tree.leaves(torch_state.advantage_params + (torch_state.strategy_params,)),
-        strict=True,
-    ):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
-    for got, want in zip(torch_rows, optax_rows, strict=True):
-        assert got["traversal/nodes"] == want["traversal/nodes"]
-        for key in ("loss/advantage_p0", "loss/advantage_p1", "loss/strategy"):
-            assert got[key] == pytest.approx(want[key], rel=1e-4), key
+    params = lambda state: {  # noqa: E731
+        "advantage": state.advantage_params,
+        "strategy": state.strategy_params,
+    }
+    chex.assert_trees_all_close(
+        params(torch_state), params(optax_state), rtol=RUN_PARAM_RTOL, atol=RUN_PARAM_ATOL
+    )
+    assert len(torch_rows) == len(optax_rows)
+    chex.assert_trees_all_equal(
+        [row["traversal/nodes"] for row in torch_rows],
+        [row["traversal/nodes"] for row in optax_rows],
+    )
+    chex.assert_trees_all_close(
+        [{key: row[key] for key in LOSSES} for row in torch_rows],
+        [{key: row[key] for key in LOSSES} for row in optax_rows],
+        rtol=RUN_LOSS_RTOL,
+        atol=RUN_LOSS_ATOL,
+    )
 
     _train(tmp_path / "split", "recursive", iterations=1, **{"optimization.learner": "torch"})
     split, _ = _train(tmp_path / "split", "recursive", **{"optimization.learner": "torch"})
-    for a, b in zip(jax.tree.leaves(torch_state), jax.tree.leaves(split), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    chex.assert_trees_all_equal(torch_state, split)  # the whole state, bit for bit
 
 
 def test_unknown_learner_names_the_field(tmp_path):

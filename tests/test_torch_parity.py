@@ -1,23 +1,36 @@
 """The torch path against the flax/optax reference: networks, heads, optimizer, learner.
 
+Every comparison between the two frameworks is a chex pytree assertion: whole parameter
+layouts, head outputs and learner states at once, `chex.assert_trees_all_equal` where the
+conversion must be exact (layout round trips), `chex.assert_trees_all_close` with the
+named tolerances below otherwise, so a failure names the leaf (e.g. 'layer_1.weight').
+
 Tolerances (float32 on CPU; XLA and torch order their sums differently, so agreement is
 to rounding, never bit for bit):
 
-* forward passes from converted parameters: rtol = atol = 1e-5 (measured <= 2.4e-7);
-* masked heads: rtol = atol = 1e-6; illegal entries and empty rows exactly 0;
-* one-parameter-set AdamW(+clip) steps on identical gradients: rtol = atol = 1e-6
-  (only op-order rounding differs; 5 steps with the clip both acting and not);
+* forward passes from converted parameters: FORWARD_TOL, rtol = atol = 1e-5 (measured
+  <= 2.4e-7);
+* masked heads: HEAD_TOL, rtol = atol = 1e-6; illegal entries and empty rows exactly 0;
+* gradients through the masked log-policy: rtol 1e-5, atol 1e-6 (GRAD_RTOL/GRAD_ATOL: a
+  softmax's rounding, relative to the gradient, absolute near zero);
+* one-parameter-set AdamW(+clip) steps on identical gradients: ADAMW_TOL, rtol = atol =
+  1e-6 (only op-order rounding differs; 5 steps with the clip both acting and not);
 * whole learners after K = 20 steps on the same batches from the same parameters (gelu,
   2x16 hidden, lr 1e-3, weight decay 0.05, both kinds, lcfr/uniform, clip off/0.05):
   parameters atol = 2e-6 and losses rtol = 1e-5. Measured: parameters differ by at most
   ~2e-7 (the parameters move ~2e-2), losses by ~2e-7 relative. Each step's gradients
   differ by rounding; Adam divides by sqrt(nu), which can amplify a rounding difference
   in a tiny gradient, and differences accumulate over K steps, so the bound keeps a 10x
-  margin over the measured drift while staying 10^4 below the distance trained.
+  margin over the measured drift while staying 10^4 below the distance trained;
+* the learners' AdamW states after those K steps: equal step counts, first moments
+  within MU_ATOL = 3e-7 (measured <= 3e-8, moments up to ~0.4), second moments within
+  NU_ATOL = 5e-9 (measured <= 4.7e-10, moments up to ~5e-3): a 10x margin over the
+  rounding of the gradients they average.
 """
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +47,12 @@ from lc_cfr.nets import torch_mlp as tn
 E, A, N = 6, 4, 96
 K, BATCH = 20, 16
 LR, WD = 1e-3, 0.05
-PARAM_ATOL, LOSS_RTOL = 2e-6, 1e-5
+FORWARD_TOL = 1e-5  # flax vs torch forward: summation order (measured <= 2.4e-7)
+HEAD_TOL = 1e-6  # masked heads: a softmax/log-softmax's rounding
+GRAD_RTOL, GRAD_ATOL = 1e-5, 1e-6  # gradients through the masked log-policy
+ADAMW_TOL = 1e-6  # one AdamW(+clip) step on identical gradients: op order only
+PARAM_ATOL, LOSS_RTOL = 2e-6, 1e-5  # whole learners after K steps (see the docstring)
+MU_ATOL, NU_ATOL = 3e-7, 5e-9  # their AdamW moments after K steps (see the docstring)
 
 
 def _spec(activation="relu", num_layers=2, hidden=16):
@@ -61,7 +79,7 @@ def test_forward_matches_flax(activation):
     expected = np.asarray(mlp.apply(spec, params, x))
     with torch.no_grad():
         actual = model(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    chex.assert_trees_all_close(actual, expected, rtol=FORWARD_TOL, atol=FORWARD_TOL)
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -91,7 +109,7 @@ def test_forward_matches_flax_without_own_known(activation):
         moved = x.copy()
         moved[:, start:stop] += 5.0
         assert torch.equal(model(torch.from_numpy(moved)), torch.from_numpy(actual))
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    chex.assert_trees_all_close(actual, expected, rtol=FORWARD_TOL, atol=FORWARD_TOL)
     fresh = tn.TorchMLP(spec, generator=torch.Generator().manual_seed(0))
     assert fresh.layer_0.in_features == spec.input_size - n
 
@@ -111,18 +129,18 @@ def test_round_trips_are_exact():
     # flax -> layout -> torch -> layout -> flax
     back = tn.to_layout(tn.from_layout(spec, layout))
     assert list(back) == list(layout)
-    for key in layout:
-        assert back[key].dtype == np.float32
-        np.testing.assert_array_equal(back[key], layout[key])
+    assert all(value.dtype == np.float32 for value in back.values())
+    chex.assert_trees_all_equal(back, layout)
     flax_back = mlp.from_layout(spec, back)
-    for name in spec.layer_names:
-        for leaf in ("kernel", "bias"):
-            np.testing.assert_array_equal(np.asarray(flax_back[name][leaf]), params[name][leaf])
+    layers = lambda p: {  # noqa: E731
+        name: {leaf: p[name][leaf] for leaf in ("kernel", "bias")} for name in spec.layer_names
+    }
+    chex.assert_trees_all_equal(layers(flax_back), layers(params))
     # torch -> layout -> flax -> layout -> torch
     model = tn.TorchMLP(spec, generator=torch.Generator().manual_seed(5))
     again = tn.from_layout(spec, mlp.to_layout(spec, mlp.from_layout(spec, tn.to_layout(model))))
-    for key, value in model.state_dict().items():
-        assert torch.equal(again.state_dict()[key], value)
+    state_dict = lambda m: {key: value.numpy() for key, value in m.state_dict().items()}  # noqa: E731
+    chex.assert_trees_all_equal(state_dict(again), state_dict(model))
 
 
 def test_fresh_init_is_flax_like():
@@ -162,13 +180,15 @@ def test_masked_heads_match_flax():
         (mlp.masked_policy, tn.masked_policy),
     )
     traw, tmask = torch.from_numpy(raw), torch.from_numpy(mask)
+    actual, expected = {}, {}
     for flax_head, torch_head in heads:
-        expected = np.asarray(flax_head(jnp.asarray(raw), jnp.asarray(mask)))
-        actual = torch_head(traw, tmask).numpy()
-        assert np.all(np.isfinite(actual))
-        assert np.all(actual[~mask] == 0)
-        assert np.all(actual[0] == 0)
-        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+        name = torch_head.__name__
+        expected[name] = np.asarray(flax_head(jnp.asarray(raw), jnp.asarray(mask)))
+        actual[name] = torch_head(traw, tmask).numpy()
+        assert np.all(np.isfinite(actual[name]))
+        assert np.all(actual[name][~mask] == 0)
+        assert np.all(actual[name][0] == 0)
+    chex.assert_trees_all_close(actual, expected, rtol=HEAD_TOL, atol=HEAD_TOL)
     policy = tn.masked_policy(traw, tmask).numpy()
     np.testing.assert_allclose(policy[1:].sum(-1), 1.0, rtol=1e-6)
 
@@ -190,7 +210,7 @@ def test_masked_log_policy_gradients_are_finite_and_match():
     ).backward()
     actual = traw.grad.numpy()
     assert np.all(np.isfinite(actual)) and np.all(actual[0] == 0)
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(actual, expected, rtol=GRAD_RTOL, atol=GRAD_ATOL)
 
 
 # ---------------------------------------------------------------- optimizer step
@@ -220,12 +240,13 @@ def test_adamw_step_matches_optax(grad_clip):
         state = learner.apply_gradients(
             model, {k: torch.from_numpy(v) for k, v in grads_layout.items()}, state
         )
-        expected = mlp.to_layout(spec, params)
-        actual = tn.to_layout(model)
-        for key in expected:
-            np.testing.assert_allclose(
-                actual[key], expected[key], rtol=1e-6, atol=1e-6, err_msg=f"{key} step {step}"
-            )
+        chex.assert_trees_all_close(
+            tn.to_layout(model),
+            mlp.to_layout(spec, params),
+            rtol=ADAMW_TOL,
+            atol=ADAMW_TOL,
+            custom_message=f"step {step}",
+        )
 
 
 # ---------------------------------------------------------------- whole learners
@@ -270,8 +291,9 @@ def _optax_runner(kind, weighting, grad_clip):
             return (optax.apply_updates(params, updates), opt_state), loss
 
         carry = (params, optimizer.init(params))
-        (params, _), losses = jax.lax.scan(step, carry, indices)
-        return params, losses, jax.grad(learner.loss)(carry[0], _first(memory, indices))
+        (params, opt_state), losses = jax.lax.scan(step, carry, indices)
+        first_grads = jax.grad(learner.loss)(carry[0], _first(memory, indices))
+        return params, losses, first_grads, opt_state
 
     def _first(memory, indices):
         rows = indices[0]
@@ -296,7 +318,7 @@ def test_learners_agree_after_k_steps(kind, weighting, grad_clip):
     layout = mlp.to_layout(spec, params)
 
     jax_memory = {k: jnp.asarray(v) for k, v in memory.items()}
-    final, losses, first_grads = run(params, jax_memory, jnp.asarray(indices))
+    final, losses, first_grads, opt_state = run(params, jax_memory, jnp.asarray(indices))
     if grad_clip > 0:  # the clip really acts (at least on the first step)
         assert float(optax.tree.norm(first_grads)) > grad_clip
 
@@ -314,15 +336,25 @@ def test_learners_agree_after_k_steps(kind, weighting, grad_clip):
     assert state.count == K
 
     losses = np.asarray(losses)
-    np.testing.assert_allclose(metrics["loss_first"], losses[0], rtol=LOSS_RTOL)
-    np.testing.assert_allclose(metrics["loss_last"], losses[-1], rtol=LOSS_RTOL)
-    np.testing.assert_allclose(metrics["loss_mean"], losses.mean(), rtol=LOSS_RTOL)
+    chex.assert_trees_all_close(
+        {name: metrics[f"loss_{name}"] for name in ("first", "last", "mean")},
+        {"first": losses[0], "last": losses[-1], "mean": losses.mean()},
+        rtol=LOSS_RTOL,
+    )
     expected = mlp.to_layout(spec, final)
-    actual = tn.to_layout(model)
     moved = max(np.abs(expected[k] - layout[k]).max() for k in layout)
     assert moved > 10 * PARAM_ATOL  # training moved the parameters well beyond the tolerance
-    for key in expected:
-        np.testing.assert_allclose(actual[key], expected[key], rtol=0, atol=PARAM_ATOL, err_msg=key)
+    chex.assert_trees_all_close(tn.to_layout(model), expected, rtol=0, atol=PARAM_ATOL)
+    # the learner states: AdamW's step count and moments, in the canonical layout
+    moments = {
+        m: {key: value.numpy() for key, value in getattr(state, m).items()} for m in ("mu", "nu")
+    }
+    optax_moments = {
+        m: mlp.to_layout(spec, optax.tree_utils.tree_get(opt_state, m)) for m in ("mu", "nu")
+    }
+    assert int(optax.tree_utils.tree_get(opt_state, "count")) == state.count == K
+    chex.assert_trees_all_close(moments["mu"], optax_moments["mu"], rtol=0, atol=MU_ATOL)
+    chex.assert_trees_all_close(moments["nu"], optax_moments["nu"], rtol=0, atol=NU_ATOL)
 
 
 def test_learner_trains_a_model_in_place_and_continues():

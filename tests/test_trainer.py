@@ -1,4 +1,8 @@
-"""The trainer: CLI smoke run, exact resume, checkpoints, config errors, compile-once."""
+"""The trainer: CLI smoke run, exact resume, checkpoints, config errors, compile-once.
+
+A resumed run's whole state is held to the uninterrupted run's with
+`chex.assert_trees_all_equal` (bit-exact; a failure names the field).
+"""
 
 import json
 import os
@@ -6,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -109,8 +114,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     Trainer(smoke_config(**{"run.max_iterations": 2}), tmp_path / "split").run()
     split = Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path / "split").run()
     assert split.iteration == whole.iteration == 3
-    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(split), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    chex.assert_trees_all_equal(whole, split)  # the whole state, bit for bit
     whole_rows, split_rows = _rows(tmp_path / "whole"), _rows(tmp_path / "split")
     assert [r["iteration"] for r in split_rows] == [1, 2, 3]
     for a, b in zip(whole_rows, split_rows, strict=True):
@@ -128,8 +132,7 @@ def test_value_network_state_resumes_exactly(tmp_path):
     Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path / "s").run()
     split = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "s").run()
     assert whole.value_memory is not None and int(whole.value_memory.seen) > 0
-    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(split), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    chex.assert_trees_all_equal(whole, split)  # the whole state, bit for bit
     row = _rows(tmp_path / "s")[-1]
     assert row["loss/value"] >= 0 and 0 < row["memory/value_fill"] <= 1
     with pytest.raises(ValueError, match="optimization.learner"):
@@ -295,17 +298,14 @@ def test_sd_cfr_view_is_evaluated_and_resumes_exactly(tmp_path):
     Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path / "s").run()
     split = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "s").run()
     assert whole.sd_count == split.sd_count == 2 and whole.sd_weight == 6.0
-    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(split), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    chex.assert_trees_all_equal(whole, split)  # the whole state, bit for bit
     row = _rows(tmp_path / "w")[-1]
     assert row["eval/sd_cfr/random/games"] == 8  # smoke: 8 games, 4 deals in 2 blocks
     loaded = load_saved_networks(tmp_path / "w").snapshots
     assert loaded.count == 2
-    leaves = zip(
-        jax.tree.leaves(loaded.advantage), jax.tree.leaves(whole.sd_advantage), strict=True
+    chex.assert_trees_all_equal(
+        jax.tree.leaves(loaded.advantage), jax.tree.leaves(whole.sd_advantage)
     )
-    for a, b in leaves:
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match="sd_cfr.snapshots"):
         Trainer(smoke_config(**{"evaluation.views": "sd_cfr"}), tmp_path / "x")
 

@@ -1,137 +1,78 @@
-"""The lockstep traversal against the per-traversal reference, mode by mode.
+"""The lockstep traversal against the per-traversal reference, mode by mode, with chex.
 
 Both run the same networks, seeds and iteration; the sample sets (identified by
 traversal and node) must be identical bit for bit, whatever `lanes` is, and so must the
 statistics. The networks are on a dyadic grid (see traversal_helpers) so that a batch-1
 and a batch-L forward pass agree exactly.
+
+The cases are the parity table `TRAVERSAL_CASES` of tests/traversal_helpers.py, shared
+with the torch-vs-jax tests. Samples are compared as one pytree per run with
+`chex.assert_trees_all_equal` (no tolerance: bit-exact), so a failure names the leaf
+('advantage/(3, 1)/target'); statistics likewise, as a dict. Regret matching is held to
+a single trace for same-shaped inputs (`chex.assert_max_traces`).
 """
 
+import functools
+
+import chex
 import jax
 import numpy as np
 import pytest
-from traversal_helpers import LANES, SPEC, TINY, lockstep_records, networks, options
+from traversal_helpers import (
+    LANES,
+    SPEC,
+    TINY,
+    TRAVERSAL_CASES,
+    lockstep_records,
+    networks,
+    options,
+    reference_records,
+)
 
 from lc_cfr.train import anatomy
 from lc_cfr.traversal import api, lockstep, reference
+from lc_cfr.traversal import policy as pol
 
-CASES = {
-    "outcome_lanes1": dict(lanes=1),
-    "outcome_lanes4": dict(lanes=4),
-    "outcome_lanes7_traverser0": dict(lanes=7, traverser=0),
-    "outcome_zero": dict(unsampled_regret="zero", traverser=0),
-    "outcome_average_strategy_both": dict(
-        opponent_policy="average_strategy", strategy_samples="both"
-    ),
-    "outcome_league_uniform": dict(opponent_policy="league", fallback="uniform", lanes=3),
-    "outcome_cutoff_score": dict(cutoff_turns=3, strategy_samples="traverser", value_clip=0.0),
-    "outcome_cutoff_rollouts": dict(cutoff_turns=3, cutoff_value_mode="rollouts", lanes=5),
-    "external_depth1": dict(sampling_mode="external", max_depth=1, lanes=3),
-    "external_depth2_avg_both": dict(
-        sampling_mode="external",
-        opponent_policy="average_strategy",
-        strategy_samples="both",
-        traverser=0,
-    ),
-    "external_league_rollouts": dict(
-        sampling_mode="external",
-        opponent_policy="league",
-        cutoff_turns=4,
-        cutoff_value_mode="rollouts",
-        lanes=2,
-    ),
-    "external_cutoff_score_lanes1": dict(sampling_mode="external", cutoff_turns=4, lanes=1),
-    "outcome_bot_opponent_safe_rollouts": dict(
-        opponent_policy="noisy_safe",
-        cutoff_turns=3,
-        cutoff_value_mode="rollouts",
-        rollout_policy="safe_heuristic",
-    ),
-    "outcome_floor_league": dict(rm_floor=0.1, opponent_policy="league", lanes=3),
-    "outcome_baseline": dict(outcome_estimator="baseline", value_clip=0.0),
-    "outcome_baseline_clip_bootstrap_bot": dict(
-        outcome_estimator="baseline",
-        value_lambda=0.0,
-        opponent_policy="safe_heuristic",
-        strategy_samples="traverser",
-        lanes=3,
-    ),
-    "outcome_history_value_half_lambda_cutoff": dict(
-        outcome_estimator="history_value",
-        value_lambda=0.5,
-        cutoff_turns=4,
-        rm_floor=0.05,
-        traverser=0,
-    ),
-    "external_sampled_depth1": dict(sampling_mode="external", expand_at="sampled", max_depth=1),
-    "external_sampled_depth2_path_eps_both_floor": dict(
-        sampling_mode="external",
-        expand_at="sampled",
-        path_epsilon=0.3,
-        strategy_samples="both",
-        rm_floor=0.05,
-        traverser=0,
-        lanes=3,
-    ),
-    "external_sampled_bot_cutoff_rollouts": dict(
-        sampling_mode="external",
-        expand_at="sampled",
-        max_depth=1,
-        opponent_policy="safe_heuristic",
-        strategy_samples="traverser",
-        cutoff_turns=6,
-        cutoff_value_mode="rollouts",
-        lanes=2,
-    ),
-    "external_bot_opponent_random_rollouts": dict(
-        sampling_mode="external",
-        opponent_policy="safe_heuristic_loose",
-        cutoff_turns=4,
-        cutoff_value_mode="rollouts",
-        rollout_policy="random",
-        lanes=3,
-    ),
+# lockstep statistic -> the reference's name for it
+STAT_NAMES = {
+    name: name
+    for name in ("nodes", "terminals", "truncations", "cutoffs", "endpoint_depth_sum")
+    + ("clipped_values",)
 }
+STAT_NAMES["rollout_decisions"] = "rollouts"
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(TRAVERSAL_CASES))
 def test_lockstep_equals_reference(case):
-    settings = dict(CASES[case])
-    traverser = settings.pop("traverser", 1)
-    lanes = settings.pop("lanes", LANES)
-    opts = options(**settings)
+    row = TRAVERSAL_CASES[case]
+    opts = row.options()
     nets = networks(seed=len(case))
     samples, stats = lockstep.run_traversals(
-        TINY, SPEC, opts, nets, lanes=lanes, seed=11, iteration=3, traverser=traverser
+        TINY, SPEC, opts, nets, lanes=row.lanes, seed=11, iteration=3, traverser=row.traverser
     )
     samples, stats = jax.device_get((samples, stats))
     result = reference.ReferenceTraversal(TINY, SPEC, opts).run(
-        nets, seed=11, iteration=3, traverser=traverser
+        nets, seed=11, iteration=3, traverser=row.traverser
     )
     per_adv, per_strat = api.slots_per_traversal(TINY, opts)
     got = lockstep_records(samples, per_adv, per_strat)
-    expectations = [("advantage", result.advantage), ("strategy", result.strategy)]
-    if "baseline" in case or "history_value" in case:
-        expectations.append(("value", result.value))
-    for kind, expected in expectations:
-        assert len(got[kind]) == len(expected), kind
-        assert expected, f"no {kind} samples: the case tests nothing"
-        for record in expected:
-            info, mask, target = got[kind][(record.traversal, record.node)]
-            np.testing.assert_array_equal(info, record.info)
-            np.testing.assert_array_equal(mask, record.mask)
-            np.testing.assert_array_equal(target, record.target, err_msg=f"{kind} {record}")
-    for name in ["nodes", "terminals", "truncations", "cutoffs", "endpoint_depth_sum"] + [
-        "clipped_values"
-    ]:
-        assert int(getattr(stats, name)) == result.stats[name], name
-    assert int(stats.rollout_decisions) == result.stats["rollouts"]
-    if "cutoff" in case:
+    kinds = ["advantage", "strategy"]
+    if opts.outcome_estimator != "importance":  # the estimators with a value network
+        kinds.append("value")
+    want = {kind: reference_records(getattr(result, kind)) for kind in kinds}
+    for kind in kinds:
+        assert want[kind], f"no {kind} samples: the case tests nothing"
+        assert sorted(got[kind]) == sorted(want[kind]), f"{kind}: other (traversal, node)s"
+    chex.assert_trees_all_equal({kind: got[kind] for kind in kinds}, want, custom_message=case)
+    chex.assert_trees_all_equal(
+        {name: int(getattr(stats, name)) for name in STAT_NAMES},
+        {name: result.stats[ref_name] for name, ref_name in STAT_NAMES.items()},
+        custom_message=f"{case} statistics",
+    )
+    if opts.cutoff_turns > 0:
         assert int(stats.cutoffs) > 0
-    one_network = CASES[case].get("opponent_policy", "network") not in (
-        "league",
-        "average_strategy",
-    ) and not CASES[case].get("outcome_estimator")
-    if "external" not in case and one_network:
+    one_network = opts.opponent_policy not in ("league", "average_strategy")
+    if opts.sampling_mode == "outcome" and one_network and opts.outcome_estimator == "importance":
         # mover-synchronised lockstep: one forward per step for every busy lane
         assert int(stats.policy_calls) == int(stats.nodes)
 
@@ -153,8 +94,7 @@ def test_lanes_do_not_change_samples():
         )
         for lanes in (2, 9)
     ]
-    for a, b in zip(runs[0], runs[1], strict=True):
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal(*runs)
 
 
 def test_options_are_validated_naming_the_field():
@@ -221,8 +161,6 @@ def test_sampled_expansions_reach_every_phase_of_the_game():
 
 
 def test_regret_matching_floor_keeps_every_legal_action_positive():
-    from lc_cfr.traversal import policy as pol
-
     advantages = np.array([2.0, -1.0, 0.0, 5.0, 3.0], np.float32)
     mask = np.array([True, True, True, False, True])
     plain = np.asarray(pol.regret_matching(advantages, mask, fallback="argmax_tiebreak"))
@@ -236,9 +174,32 @@ def test_regret_matching_floor_keeps_every_legal_action_positive():
     negative = -np.abs(advantages)
     one_hot = np.asarray(pol.regret_matching(negative, mask, fallback="argmax_tiebreak", floor=0.1))
     assert np.all(one_hot[mask] >= 0.1 / 4 - 1e-7)
-    np.testing.assert_array_equal(
-        np.asarray(pol.regret_matching(advantages, mask, fallback="uniform", floor=0.0)),
-        np.asarray(pol.regret_matching(advantages, mask, fallback="uniform")),
+    chex.assert_trees_all_equal(
+        pol.regret_matching(advantages, mask, fallback="uniform", floor=0.0),
+        pol.regret_matching(advantages, mask, fallback="uniform"),
     )
     with pytest.raises(ValueError, match="regret_matching.floor"):
         pol.regret_matching(advantages, mask, fallback="uniform", floor=1.0)
+
+
+def test_regret_matching_traces_once_for_same_shaped_inputs():
+    """Jitted over a batch of nodes (as in the lockstep loop), regret matching compiles
+    once per shape: new advantages and masks of the same shapes never retrace."""
+    chex.clear_trace_counter()
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def matched(advantages, mask):
+        rm = functools.partial(pol.regret_matching, fallback="argmax_tiebreak", floor=0.1)
+        return jax.vmap(rm)(advantages, mask)
+
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        advantages = rng.normal(size=(8, TINY.num_actions)).astype(np.float32)
+        mask = rng.random((8, TINY.num_actions)) < 0.6
+        mask[:, 0] = True  # at least one legal action per node
+        policy = np.asarray(matched(advantages, mask))
+        assert np.all(policy[~mask] == 0) and np.all(policy[mask] > 0)
+        np.testing.assert_allclose(policy.sum(axis=1), 1.0, rtol=1e-6)
+    with pytest.raises(AssertionError, match="traced > 1 times"):
+        matched(advantages[:4], mask[:4])  # a new shape is a second trace

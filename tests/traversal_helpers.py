@@ -1,4 +1,14 @@
-"""Shared fixtures of the traversal tests: a tiny game, exact networks, options."""
+"""Shared fixtures of the traversal tests: a tiny game, exact networks, options, the
+parity table of traversal cases, and sample records as one pytree for chex.
+
+`TRAVERSAL_CASES` is the one table of traversal modes: tests/test_traversal.py holds the
+`jax` lockstep backend to the reference recursion on every case, and
+tests/test_torch_backends.py holds the torch backends to `jax` on the cases flagged
+`torch` (modes the C core has; `test_torch_cases_are_modes_the_torch_backends_run`
+checks the flags against the backends' own `check_modes`).
+"""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -73,8 +83,140 @@ def options(**overrides):
     return TraversalOptions(**base)
 
 
+@dataclasses.dataclass(frozen=True)
+class TraversalCase:
+    """One row of the parity table."""
+
+    overrides: dict  # TraversalOptions fields over the base of `options()`
+    lanes: int = LANES  # the jax backend's lanes in the lockstep-vs-reference test
+    traverser: int = 1  # the traverser of the lockstep-vs-reference test
+    # held to `jax` in tests/test_torch_backends.py (which runs both traversers, 5 lanes);
+    # only modes the torch backends have, and not every such row: a torch case costs
+    # seconds, so rows that only recombine modes of other torch rows stay off
+    torch: bool = False
+
+    def options(self, **extra) -> TraversalOptions:
+        return options(**{**self.overrides, **extra})
+
+
+_C = TraversalCase
+_EXTERNAL = dict(sampling_mode="external")
+# name -> case. Every case runs lockstep vs reference; the torch-vs-jax cases say torch=True.
+TRAVERSAL_CASES = {
+    # ---- outcome sampling
+    "outcome_lanes1": _C({}, lanes=1),
+    "outcome_lanes4": _C({}, lanes=4, torch=True),
+    "outcome_lanes7_traverser0": _C({}, lanes=7, traverser=0),
+    "outcome_zero": _C(dict(unsampled_regret="zero"), traverser=0, torch=True),
+    "outcome_no_clip": _C(dict(value_clip=0.0), torch=True),
+    "outcome_tight_clip": _C(dict(value_clip=0.5), torch=True),
+    "outcome_uniform_fallback": _C(dict(fallback="uniform"), torch=True),
+    "outcome_store_both": _C(dict(strategy_samples="both"), torch=True),
+    "outcome_average_strategy": _C(dict(opponent_policy="average_strategy"), torch=True),
+    "outcome_average_strategy_both": _C(
+        dict(opponent_policy="average_strategy", strategy_samples="both")
+    ),
+    "outcome_league": _C(dict(opponent_policy="league"), torch=True),
+    "outcome_league_uniform": _C(dict(opponent_policy="league", fallback="uniform"), lanes=3),
+    "outcome_bot_safe": _C(dict(opponent_policy="safe_heuristic"), torch=True),
+    "outcome_bot_noisy": _C(
+        dict(opponent_policy="noisy_safe", strategy_samples="traverser"), torch=True
+    ),
+    "outcome_bot_random": _C(dict(opponent_policy="random"), torch=True),
+    "outcome_cutoff_score": _C(dict(cutoff_turns=3, strategy_samples="traverser", value_clip=0.0)),
+    "outcome_cutoff4_score": _C(dict(cutoff_turns=4), torch=True),
+    "outcome_cutoff_rollouts": _C(dict(cutoff_turns=3, cutoff_value_mode="rollouts"), lanes=5),
+    "outcome_cutoff4_safe_rollouts": _C(
+        dict(cutoff_turns=4, cutoff_value_mode="rollouts", rollout_policy="safe_heuristic"),
+        torch=True,
+    ),
+    "outcome_bot_opponent_safe_rollouts": _C(
+        dict(
+            opponent_policy="noisy_safe",
+            cutoff_turns=3,
+            cutoff_value_mode="rollouts",
+            rollout_policy="safe_heuristic",
+        )
+    ),
+    # ---- outcome sampling, modes of the jax backend only
+    "outcome_floor_league": _C(dict(rm_floor=0.1, opponent_policy="league"), lanes=3),
+    "outcome_baseline": _C(dict(outcome_estimator="baseline", value_clip=0.0)),
+    "outcome_baseline_clip_bootstrap_bot": _C(
+        dict(
+            outcome_estimator="baseline",
+            value_lambda=0.0,
+            opponent_policy="safe_heuristic",
+            strategy_samples="traverser",
+        ),
+        lanes=3,
+    ),
+    "outcome_history_value_half_lambda_cutoff": _C(
+        dict(outcome_estimator="history_value", value_lambda=0.5, cutoff_turns=4, rm_floor=0.05),
+        traverser=0,
+    ),
+    # ---- external sampling
+    "external_depth1": _C(dict(_EXTERNAL, max_depth=1), lanes=3, torch=True),
+    "external_depth2": _C(dict(_EXTERNAL, max_depth=2), torch=True),
+    "external_depth2_avg_both": _C(
+        dict(_EXTERNAL, opponent_policy="average_strategy", strategy_samples="both"),
+        traverser=0,
+        torch=True,
+    ),
+    "external_league": _C(dict(_EXTERNAL, opponent_policy="league"), torch=True),
+    "external_bot": _C(dict(_EXTERNAL, opponent_policy="passive_discard"), torch=True),
+    "external_cutoff_score": _C(dict(_EXTERNAL, cutoff_turns=3), torch=True),
+    "external_cutoff_score_lanes1": _C(dict(_EXTERNAL, cutoff_turns=4), lanes=1),
+    "external_cutoff_rollouts": _C(
+        dict(_EXTERNAL, cutoff_turns=4, cutoff_value_mode="rollouts"), torch=True
+    ),
+    "external_league_rollouts": _C(
+        dict(_EXTERNAL, opponent_policy="league", cutoff_turns=4, cutoff_value_mode="rollouts"),
+        lanes=2,
+    ),
+    "external_bot_opponent_random_rollouts": _C(
+        dict(
+            _EXTERNAL,
+            opponent_policy="safe_heuristic_loose",
+            cutoff_turns=4,
+            cutoff_value_mode="rollouts",
+            rollout_policy="random",
+        ),
+        lanes=3,
+    ),
+    # ---- external sampling expanded at a sampled decision (jax backend only)
+    "external_sampled_depth1": _C(dict(_EXTERNAL, expand_at="sampled", max_depth=1)),
+    "external_sampled_depth2_path_eps_both_floor": _C(
+        dict(
+            _EXTERNAL,
+            expand_at="sampled",
+            path_epsilon=0.3,
+            strategy_samples="both",
+            rm_floor=0.05,
+        ),
+        traverser=0,
+        lanes=3,
+    ),
+    "external_sampled_bot_cutoff_rollouts": _C(
+        dict(
+            _EXTERNAL,
+            expand_at="sampled",
+            max_depth=1,
+            opponent_policy="safe_heuristic",
+            strategy_samples="traverser",
+            cutoff_turns=6,
+            cutoff_value_mode="rollouts",
+        ),
+        lanes=2,
+    ),
+}
+del _C
+
+
 def lockstep_records(samples, slots_adv, slots_strat):
-    """{(traversal, node): (info, mask, target)} of the valid slots of Samples."""
+    """The valid slots of Samples as one pytree for chex:
+    {kind: {(traversal, node): {"info", "mask", "target"}}}, kind in advantage, strategy
+    and (when the samples have it) value; a chex failure names the leaf, e.g.
+    'strategy/(4, 1)/target'."""
     out = {}
     kinds = [
         (
@@ -108,10 +250,20 @@ def lockstep_records(samples, slots_adv, slots_strat):
     for kind, info, mask, target, valid, per in kinds:
         records = {}
         for slot in np.flatnonzero(np.asarray(valid)):
-            records[(int(slot) // per, int(slot) % per)] = (
-                np.asarray(info[slot]),
-                np.asarray(mask[slot]),
-                np.asarray(target[slot]),
-            )
+            records[(int(slot) // per, int(slot) % per)] = {
+                "info": np.asarray(info[slot]),
+                "mask": np.asarray(mask[slot]),
+                "target": np.asarray(target[slot]),
+            }
         out[kind] = records
+    return out
+
+
+def reference_records(records):
+    """Reference `Record`s in the layout of `lockstep_records`: {(traversal, node): {...}}."""
+    out = {}
+    for record in records:
+        key = (record.traversal, record.node)
+        assert key not in out, f"two reference samples at {key}"
+        out[key] = {"info": record.info, "mask": record.mask, "target": record.target}
     return out
