@@ -1,0 +1,147 @@
+"""Yardstick: where does a trained policy open expeditions, and how do they end?
+
+Plays a policy view of a run's checkpoint against a bot, both seats of every deal, and
+follows each expedition the agent opens to the end of the game: how much of the deck was
+left when it opened it, and what the expedition scored. A policy that opens everything
+at once and ends below zero loses to `passive_discard` however well it denies; this
+script says whether the fault is the opening or the play after it
+(docs/experiments.md section 7).
+
+    .venv/bin/python scripts/expeditions.py --workdir RUN [--view average_strategy]
+        [--opponent passive_discard] [--deals 100] [--checkpoint N] [--json out.json]
+
+Greedy play of the view, as the evaluator plays it: the average strategy's most probable
+action, the current policy's regret-matching argmax. Deals are `engine.init(rules, 7, g)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lc_cfr.bots import BOT_NAMES  # noqa: E402
+from lc_cfr.bots.jax_bots import bot_action  # noqa: E402
+from lc_cfr.game import engine  # noqa: E402
+from lc_cfr.game.rules import CARD_PHASE  # noqa: E402
+from lc_cfr.nets import mlp  # noqa: E402
+from lc_cfr.train.saved_networks import load_saved_networks  # noqa: E402
+from lc_cfr.traversal import policy as pol  # noqa: E402
+
+VIEWS = ("average_strategy", "current")
+DECK_BUCKETS = (0, 4, 8, 12, 16, 20, 1000)  # cards left in the deck when opened
+
+
+def play(saved, view: str, opponent: str, deals: int) -> dict:
+    """Openings (deck left, final expedition score) and own scores over 2 x deals games."""
+    rules, spec = saved.rules, saved.spec
+    hand = rules.hand_size
+
+    @jax.jit
+    def agent(params, state):
+        obs = engine.observe(rules, state, state.current_player)
+        mask = engine.legal_action_mask(rules, state)
+        raw = mlp.apply(spec, params, obs[None])[0]
+        if view == "current":
+            scores = pol.regret_matching(raw, mask, fallback="argmax_tiebreak")
+        else:
+            scores = jnp.where(mask, raw, -jnp.inf)  # logits: the most probable action
+        return jnp.argmax(jnp.where(mask, scores, -jnp.inf))
+
+    step = jax.jit(lambda state, action: engine.step(rules, state, action))
+    bot = jax.jit(lambda state, g, d: bot_action(rules, opponent, state, 0, 0, g, d))
+    openings, own_scores = [], []
+    for deal in range(deals):
+        for seat in (0, 1):
+            state = engine.init(rules, 7, deal)
+            params = saved.advantage[seat] if view == "current" else saved.strategy
+            opened, decision = [], 0
+            while not bool(state.terminal):
+                if int(state.current_player) == seat:
+                    action = int(agent(params, state))
+                    if int(state.phase) == CARD_PHASE and action < hand:
+                        colour = rules.card_color(int(state.hands[seat, action]))
+                        cards = int(state.expedition_numbered[seat, colour]) + int(
+                            state.expedition_wagers[seat, colour]
+                        )
+                        if cards == 0:
+                            opened.append((rules.n_cards - int(state.deck_pos), colour))
+                else:
+                    action = int(bot(state, jnp.int32(deal), jnp.int32(decision)))
+                state = step(state, action)
+                decision += 1
+            final = np.asarray(engine.expedition_scores(rules, state))[seat]
+            openings += [(left, int(final[colour])) for left, colour in opened]
+            own_scores.append(int(final.sum()))
+    return {"openings": openings, "own_scores": own_scores}
+
+
+def summarize(result: dict) -> dict:
+    openings = np.array(result["openings"], dtype=np.int64).reshape(-1, 2)
+    games = len(result["own_scores"])
+    buckets = []
+    for low, high in zip(DECK_BUCKETS[:-1], DECK_BUCKETS[1:], strict=True):
+        chosen = openings[(openings[:, 0] >= low) & (openings[:, 0] < high)]
+        if len(chosen):
+            buckets.append(
+                {
+                    "deck_left_from": low,
+                    "deck_left_to": high - 1,
+                    "openings": len(chosen),
+                    "mean_final_score": float(chosen[:, 1].mean()),
+                    "negative_share": float(np.mean(chosen[:, 1] < 0)),
+                }
+            )
+    return {
+        "games": games,
+        "openings_per_game": len(openings) / max(games, 1),
+        "negative_share": float(np.mean(openings[:, 1] < 0)) if len(openings) else 0.0,
+        "own_score_mean": float(np.mean(result["own_scores"])),
+        "by_deck_left": buckets,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", required=True, help="the run directory")
+    parser.add_argument("--view", choices=VIEWS, default="average_strategy")
+    parser.add_argument("--opponent", choices=BOT_NAMES, default="passive_discard")
+    parser.add_argument("--deals", type=int, default=100, help="each played in both seats")
+    parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
+    parser.add_argument("--json", default=None, help="write the summary here")
+    args = parser.parse_args()
+    if args.deals < 1:
+        parser.error("--deals must be >= 1")
+    try:
+        saved = load_saved_networks(args.workdir, args.checkpoint)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    summary = summarize(play(saved, args.view, args.opponent, args.deals))
+    summary.update(
+        workdir=args.workdir, checkpoint=saved.iteration, view=args.view, opponent=args.opponent
+    )
+    print(
+        f"{args.workdir} checkpoint {saved.iteration}, {args.view} vs {args.opponent}: "
+        f"{summary['openings_per_game']:.2f} expeditions opened a game, "
+        f"{summary['negative_share']:.0%} end negative, own score {summary['own_score_mean']:+.2f}"
+    )
+    for row in summary["by_deck_left"]:
+        print(
+            f"  deck left {row['deck_left_from']:2d}-{min(row['deck_left_to'], 99):2d}: "
+            f"{row['openings']:4d} openings, final score {row['mean_final_score']:+6.1f}, "
+            f"{row['negative_share']:.0%} negative"
+        )
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
