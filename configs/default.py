@@ -125,6 +125,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # iteration saved) | skip (drop the update or samples, count them in health/*)
     config.optimization.non_finite = "stop"
     config.optimization.advantage_updates = 512  # updates per iteration per network
+    # > 0: each advantage training makes this many passes over the player's memory
+    # (ceil(epochs x rows / batch) updates, in whole advantage_updates chunks, which are
+    # then the minimum), so the fit keeps up as the memory grows; 0 = advantage_updates.
+    config.optimization.advantage_epochs = 0.0
     config.optimization.advantage_batch_size = 1024  # samples per update
     config.optimization.strategy_updates = 512  # updates per strategy training
     config.optimization.strategy_batch_size = 1024  # samples per update

@@ -7,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 
+from lc_cfr.learn import api as learn_api
 from lc_cfr.learn import learner as lr
 from lc_cfr.memory import reservoir as rv
 from lc_cfr.nets import mlp
@@ -209,3 +210,35 @@ def test_training_compiles_once():
     assert learner.trace_count == 1
     assert learner._train._cache_size() == 1
     chex.assert_tree_all_finite((params, metrics))
+
+
+def test_updates_for_makes_passes_in_whole_chunks():
+    assert learn_api.updates_for(10_000, floor=256, epochs=0.0, batch_size=512) == 256
+    # 2 passes over 100k rows in batches of 512 = 391 updates -> 2 chunks of 256
+    assert learn_api.updates_for(100_000, floor=256, epochs=2.0, batch_size=512) == 512
+    assert learn_api.updates_for(10, floor=256, epochs=2.0, batch_size=512) == 256  # the floor
+    assert learn_api.updates_for(131_072, floor=256, epochs=1.0, batch_size=512) == 256
+    assert learn_api.updates_for(131_073, floor=256, epochs=1.0, batch_size=512) == 512
+
+
+def test_training_in_chunks_equals_the_same_calls_by_hand():
+    learner = _learner("advantage", num_updates=4)
+    memory = _dataset("advantage")
+    start = learner.init(jax.random.key(0))
+    key = jax.random.key(5)
+    params, opt_state, losses = learn_api.train_in_chunks(learner, *start, memory, key, 12)
+    by_hand = learner.train(*start, memory, key)
+    firsts = [by_hand[2]["loss_first"]]
+    means = [by_hand[2]["loss_mean"]]
+    for c in (1, 2):
+        by_hand = learner.train(*by_hand[:2], memory, jax.random.fold_in(key, c))
+        means.append(by_hand[2]["loss_mean"])
+    chex.assert_trees_all_equal((params, opt_state), by_hand[:2])
+    assert losses["loss_first"] == firsts[0] and losses["loss_last"] == by_hand[2]["loss_last"]
+    np.testing.assert_allclose(losses["loss_mean"], np.mean(means), rtol=1e-6)
+    # one chunk is exactly one train call; anything but whole chunks is refused
+    one = learn_api.train_in_chunks(learner, *start, memory, key, 4)
+    chex.assert_trees_all_equal(one, learner.train(*start, memory, key))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        learn_api.train_in_chunks(learner, *start, memory, key, 6)
+    assert learner.trace_count == 1

@@ -146,6 +146,24 @@ def test_traversal_compiles_once_across_iterations_and_players(tmp_path):
     assert lockstep._run._cache_size() == before + 1
 
 
+def test_advantage_epochs_grow_the_updates_with_the_memory_without_recompiling(tmp_path):
+    # smoke: 8 updates of batch 32, about 16 samples a player an iteration: 8 passes
+    config = smoke_config(**{"run.max_iterations": 3, "optimization.advantage_epochs": 8.0})
+    config.evaluation.eval_every = 0
+    trainer = Trainer(config, tmp_path)
+    trainer.run()
+    rows = _rows(tmp_path)
+    for row in rows:
+        for p in (0, 1):
+            size = row[f"memory/advantage_p{p}_seen"]  # memories below capacity: size = seen
+            wanted = -(-8 * size // 32)
+            assert row[f"optimization/advantage_updates_p{p}"] == 8 * max(1, -(-wanted // 8))
+    assert (
+        rows[-1]["optimization/advantage_updates_p0"] > rows[0]["optimization/advantage_updates_p0"]
+    )
+    assert trainer.advantage_learner.trace_count == 1
+
+
 def test_config_errors_name_the_field(tmp_path):
     cases = [
         ({"traversal.backend": "cuda"}, "traversal.backend must be one of"),
@@ -158,6 +176,7 @@ def test_config_errors_name_the_field(tmp_path):
         ({"network.head": "card", "traversal.backend": "recursive"}, "network.head"),
         ({"network.head": "card", "optimization.learner": "torch"}, "network.head"),
         ({"evaluation.exploitability_every": 1}, "evaluation.exploitability_every"),
+        ({"optimization.advantage_epochs": -1.0}, "optimization.advantage_epochs"),
     ]
     for overrides, message in cases:
         with pytest.raises(ValueError, match=message):

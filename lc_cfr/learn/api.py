@@ -38,3 +38,39 @@ class NetworkLearner(Protocol):
         """(params, opt_state, {"loss_first", "loss_last", "loss_mean"}) after
         `num_updates` updates, each on a batch drawn from `memory` with `key`."""
         ...
+
+
+def updates_for(rows: int, *, floor: int, epochs: float, batch_size: int) -> int:
+    """Updates of one training call: `epochs` passes over `rows` samples in batches of
+    `batch_size`, rounded up to a whole number of `floor`-update chunks, at least one
+    chunk. `epochs` 0 is the fixed schedule: always `floor`.
+
+    A fixed number of updates fits a memory that grows every iteration less and less
+    (docs/experiments.md, section 7, found the `:small` advantage networks underfit);
+    whole chunks keep the compiled training step one shape.
+    """
+    if epochs <= 0:
+        return floor
+    wanted = int(-(-epochs * rows // batch_size))  # ceil without float surprises
+    return floor * max(1, -(-wanted // floor))
+
+
+def train_in_chunks(learner: NetworkLearner, params, opt_state, memory: Reservoir, key, updates):
+    """`learner.train` called `updates // learner.num_updates` times in a row: the first
+    call with `key` (so one chunk is exactly one `train` call), chunk c with
+    `fold_in(key, c)`. Returns (params, opt_state, losses) with the first chunk's first
+    loss, the last chunk's last loss and the mean over every update."""
+    chunks, rest = divmod(updates, learner.num_updates)
+    if chunks < 1 or rest:
+        raise ValueError(
+            f"updates must be a positive multiple of {learner.num_updates}, got {updates}"
+        )
+    params, opt_state, losses = learner.train(params, opt_state, memory, key)
+    first, means = losses["loss_first"], [losses["loss_mean"]]
+    for c in range(1, chunks):
+        params, opt_state, losses = learner.train(
+            params, opt_state, memory, jax.random.fold_in(key, c)
+        )
+        means.append(losses["loss_mean"])
+    summary = {"loss_first": first, "loss_last": losses["loss_last"]}
+    return params, opt_state, {**summary, "loss_mean": sum(means) / len(means)}

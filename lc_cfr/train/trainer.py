@@ -28,6 +28,7 @@ from lc_cfr.eval import POLICY_VIEWS, SD_CFR, Snapshots, evaluate
 from lc_cfr.game import engine
 from lc_cfr.game.rules import Rules
 from lc_cfr.learn import Learner, make_optimizer
+from lc_cfr.learn import api as learn_api
 from lc_cfr.learn.learner import check_weighting
 from lc_cfr.memory import reservoir
 from lc_cfr.nets import mlp
@@ -366,6 +367,10 @@ class Trainer:
                 f"got {opt.advantage_init!r}"
             )
         self.non_finite = health.check_mode(opt.non_finite)
+        if not isinstance(opt.advantage_epochs, (int, float)) or opt.advantage_epochs < 0:
+            raise ValueError(
+                f"optimization.advantage_epochs must be a number >= 0, got {opt.advantage_epochs!r}"
+            )
         if opt.strategy_train_every < 1:
             raise ValueError("optimization.strategy_train_every must be >= 1")
         sp = config.self_play
@@ -596,11 +601,23 @@ class Trainer:
             start = time.perf_counter()
             if self.config.optimization.advantage_init == "scratch":
                 adv_params[p], adv_opt[p] = self.advantage_learner.init(self.key(t, p, 3))
+            updates = learn_api.updates_for(
+                int(adv_memory[p].size),
+                floor=self.advantage_learner.num_updates,
+                epochs=float(self.config.optimization.advantage_epochs),
+                batch_size=self.advantage_learner.batch_size,
+            )
+            row[f"optimization/advantage_updates_p{p}"] = updates
             adv_params[p], adv_opt[p], losses = self._checked(
                 f"advantage network of player {p}",
                 t,
-                self.advantage_learner.train(
-                    adv_params[p], adv_opt[p], adv_memory[p], self.key(t, p, 4)
+                learn_api.train_in_chunks(
+                    self.advantage_learner,
+                    adv_params[p],
+                    adv_opt[p],
+                    adv_memory[p],
+                    self.key(t, p, 4),
+                    updates,
                 ),
                 (state.advantage_params[p], state.advantage_opt[p]),
                 row,
