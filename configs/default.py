@@ -171,8 +171,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.evaluation.exploitability_every = 0
 
     config.checkpoint = ml_collections.ConfigDict()
-    config.checkpoint.save_latest = True  # overwrite checkpoints/latest every iteration
-    config.checkpoint.save_every = 25  # also keep checkpoints/step_N; 0 = never
+    # Checkpoints are orbax steps, checkpoints/step_<8 digits> (lc_cfr/train/checkpoint.py).
+    config.checkpoint.save_latest = True  # save every iteration, keeping only the newest
+    config.checkpoint.save_every = 25  # also keep every step that is a multiple; 0 = never
+    config.checkpoint.asynchronous = True  # write beside the next iteration's traversal
 
     config.logging = ml_collections.ConfigDict()
     config.logging.tensorboard = True  # events under WORKDIR/tensorboard

@@ -99,7 +99,7 @@ def test_non_finite_targets_are_refused_or_dropped(tmp_path, mode):
     if mode == "stop":
         with pytest.raises(NonFiniteError, match="advantage samples of player 0"):
             trainer.run()
-        assert checkpoint.latest(tmp_path / "checkpoints") is None
+        assert checkpoint.latest_step(tmp_path / "checkpoints") is None
         return
     trainer.run()
 
@@ -140,4 +140,4 @@ def test_a_diverging_cli_run_stops_with_one_line(tmp_path):
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("lc_cfr.main: error")]
     assert len(errors) == 1 and "non-finite" in errors[0], result.stderr[-2000:]
-    assert checkpoint.latest(tmp_path / "checkpoints") is None
+    assert checkpoint.latest_step(tmp_path / "checkpoints") is None

@@ -116,5 +116,5 @@ def test_errors_name_the_file(torch_run, tmp_path):
     config = json.loads((wider / "config.json").read_text())
     config["network"]["hidden_size"] = 48  # not the checkpoint's width
     (wider / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"arrays\.npz does not match .*config\.json"):
+    with pytest.raises(ValueError, match=r"step_00000001 does not match .*config\.json"):
         load_saved_networks(wider)

@@ -89,3 +89,20 @@ def test_expeditions_follows_every_opened_expedition(tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("expeditions.py", f"--workdir={tmp_path / 'none'}")
     assert "does not exist" in failure.value.stderr
+
+
+def test_bench_checkpoint_times_every_format(tmp_path):
+    out = tmp_path / "bench.json"
+    _script(
+        "bench_checkpoint.py",
+        "--rows=500",
+        "--repeats=1",
+        f"--dir={tmp_path / 'ckpt'}",
+        f"--json={out}",
+    )
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"npz", "orbax_sync", "orbax_async"}
+    for figures in report["results"].values():
+        assert 0 < figures["blocking_seconds"] <= figures["total_seconds"]
+    assert report["results"]["npz"]["blocking_vs_npz"] == 1.0
+    assert not (tmp_path / "ckpt" / "npz").exists()  # the saves are cleaned up

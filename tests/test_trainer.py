@@ -7,6 +7,7 @@ A resumed run's whole state is held to the uninterrupted run's with
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -224,24 +225,38 @@ def test_resume_refuses_another_config_but_allows_run_fields(tmp_path):
     assert state.iteration == 2
 
 
-def test_checkpoints_are_atomic_and_pruned(tmp_path):
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_checkpoints_are_atomic_and_pruned(tmp_path, asynchronous):
     directory = tmp_path / "checkpoints"
+    store = checkpoint.CheckpointStore(directory, keep_every=2, asynchronous=asynchronous)
     for iteration in range(1, 6):
-        checkpoint.save(directory, iteration, {"x": np.arange(iteration)}, {"note": iteration})
-        checkpoint.prune(directory, keep_every=2)
-    (directory / ".staging-crashed").mkdir()  # a save that died half-way
-    (directory / ".staging-crashed" / "arrays.npz").write_bytes(b"garbage")
-    arrays, meta = checkpoint.load(checkpoint.latest(directory))
-    assert meta["iteration"] == 5 and arrays["x"].tolist() == [0, 1, 2, 3, 4]
-    checkpoint.prune(directory, keep_every=2)
-    assert sorted(p.name for p in directory.iterdir()) == [
-        "LATEST",
-        "ckpt_00000002",
-        "ckpt_00000004",
-        "ckpt_00000005",
-    ]
+        networks = {"net[0]": np.full(3, iteration, np.float32)}
+        state = {"memory/info": np.arange(iteration, dtype=np.float16), "size": np.asarray(7)}
+        store.save(iteration, networks, state, {"note": iteration})
+    store.close()
+    # a save that died half-way: orbax's temporary directory, never listed, cleaned up
+    (directory / "step_00000006.orbax-checkpoint-tmp").mkdir()
+    store = checkpoint.CheckpointStore(directory, keep_every=2)
+    assert store.steps() == [2, 4, 5]
+    arrays, meta = store.load(store.latest())
+    assert meta["iteration"] == 5 and meta["note"] == 5
+    assert arrays["memory/info"].dtype == np.float16 and arrays["size"].shape == ()
+    assert arrays["memory/info"].tolist() == [0, 1, 2, 3, 4] and arrays["net[0]"][0] == 5
+    assert set(store.load(4, networks_only=True)[0]) == {"net[0]"}
     with pytest.raises(FileNotFoundError, match="iteration 3"):
-        checkpoint.find(directory, 3)
+        store.load(3)
+    store.close()
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "checksums",
+        "step_00000002",
+        "step_00000004",
+        "step_00000005",
+    ]
+    assert sorted(p.name for p in (directory / "checksums").iterdir()) == [
+        "step_00000002.json",
+        "step_00000004.json",
+        "step_00000005.json",
+    ]
 
 
 def test_max_minutes_stops_and_keeps_the_progress(tmp_path):
@@ -249,7 +264,7 @@ def test_max_minutes_stops_and_keeps_the_progress(tmp_path):
     config.checkpoint.save_latest = False
     state = Trainer(config, tmp_path).run()
     assert 1 <= state.iteration < 50
-    assert checkpoint.latest(tmp_path / "checkpoints").name == f"ckpt_{state.iteration:08d}"
+    assert checkpoint.latest_step(tmp_path / "checkpoints") == state.iteration
 
 
 def test_league_keeps_the_last_snapshots_of_the_strategy_network(tmp_path):
@@ -329,6 +344,45 @@ def test_sd_cfr_view_is_evaluated_and_resumes_exactly(tmp_path):
         Trainer(smoke_config(**{"evaluation.views": "sd_cfr"}), tmp_path / "x")
 
 
+def _rewrite_latest_checkpoint(workdir, change, *, legacy=False):
+    """Applies `change` to the latest checkpoint's arrays and saves them back in place,
+    in orbax's format or (legacy) in the format before it (ckpt_N/arrays.npz)."""
+    directory = workdir / "checkpoints"
+    store = checkpoint.CheckpointStore(directory)
+    step = store.latest()
+    arrays, meta = store.load(step)
+    change(arrays)
+    names = set(store.load(step, networks_only=True)[0])
+    kept = {k: v for k, v in meta.items() if k not in ("format", "iteration", "network_checksums")}
+    if legacy:
+        store.close()
+        shutil.rmtree(directory / f"step_{step:08d}")
+        path = directory / f"ckpt_{step:08d}"
+        path.mkdir()
+        np.savez(path / "arrays.npz", **arrays)
+        (path / "meta.json").write_text(json.dumps({"iteration": step, **kept}))
+        return
+    networks = {k: v for k, v in arrays.items() if k in names}
+    state = {k: v for k, v in arrays.items() if k not in names}
+    store.save(step, networks, state, kept)
+    store.close()
+
+
+def test_runs_saved_in_the_format_before_orbax_resume_exactly(tmp_path):
+    whole = Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path / "whole").run()
+    Trainer(smoke_config(**{"run.max_iterations": 2}), tmp_path / "old").run()
+    _rewrite_latest_checkpoint(tmp_path / "old", lambda arrays: None, legacy=True)
+    assert checkpoint.latest_step(tmp_path / "old" / "checkpoints") == 2
+    state = Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path / "old").run()
+    chex.assert_trees_all_equal(state.advantage_params, whole.advantage_params)
+    chex.assert_trees_all_equal(state.strategy_memory, whole.strategy_memory)
+    assert sorted(p.name for p in (tmp_path / "old" / "checkpoints").iterdir()) == [
+        "checksums",
+        "ckpt_00000002",  # never written or pruned
+        "step_00000003",
+    ]
+
+
 def test_runs_saved_before_the_own_known_block_resume(tmp_path):
     """A run whose config and memories predate the encoding's own_known block resumes."""
     overrides = {"network.own_known_input": False}
@@ -337,16 +391,16 @@ def test_runs_saved_before_the_own_known_block_resume(tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     del config["network"]["own_known_input"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    path = checkpoint.latest(tmp_path / "checkpoints")
-    with np.load(path / "arrays.npz") as stored:
-        arrays = dict(stored)
     n = Trainer(smoke_config(), tmp_path / "probe").rules.n_cards
     old = {}
-    for key, value in arrays.items():
-        if key.endswith("/info"):
-            old[key] = value
-            arrays[key] = np.concatenate([value[:, : 7 * n], value[:, 8 * n :]], axis=1)
-    np.savez(path / "arrays.npz", **arrays)
+
+    def drop_own_known(arrays):
+        for key, value in arrays.items():
+            if key.endswith("/info"):
+                old[key] = value
+                arrays[key] = np.concatenate([value[:, : 7 * n], value[:, 8 * n :]], axis=1)
+
+    _rewrite_latest_checkpoint(tmp_path, drop_own_known)
     with pytest.raises(ValueError, match="network.own_known_input"):
         Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path).run()
     state = Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path).restore()[0]

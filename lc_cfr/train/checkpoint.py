@@ -1,24 +1,47 @@
-"""Atomic checkpoints: a directory per saved iteration and a LATEST pointer.
+"""Checkpoints of a run on orbax's `CheckpointManager`, with checksums of our own.
 
-A checkpoint is written under a temporary name and renamed into place, and LATEST is
-replaced atomically after that, so a crash at any moment leaves the previous
-checkpoint readable. Contents are flat dicts of numpy arrays (`arrays.npz`, uncompressed
-for speed) plus JSON metadata.
+`checkpoints/step_<8 digits>/` holds three orbax items: `networks` (the advantage,
+average-strategy and SD-CFR parameters: all that evaluation and play read), `state`
+(optimizer states, memories, league, value network, RNG key) and `meta` (JSON: the
+iteration, counters, the iteration's metrics row and the checksums of `networks`).
+Orbax writes a step under a temporary name and renames it into place when every item is
+on disk, so a crash at any moment leaves the previous complete step, and the newest
+complete step is found by listing the directory: there is no pointer file. Saves are
+asynchronous: `save` returns once the arrays are handed over and the write runs beside
+the next iteration's traversal; `wait` joins it.
+
+Orbax does not notice flipped or zeroed bytes inside its data files, so every array
+carries a CRC-32: the networks' in `meta`, the state's in `checksums/step_N.json`,
+computed beside orbax's write by a thread of ours (zlib releases the GIL) and written
+as soon as they are known. A step without them (a crash in the second or so before
+they land) is restored with a warning. docs/reliability.md lists what this guarantees.
+
+Runs saved before orbax (`ckpt_<8 digits>/arrays.npz` + `meta.json`) are still read; they
+are never written or pruned.
 """
 
 from __future__ import annotations
 
 import json
+import logging as std_logging
 import os
 import pathlib
-import shutil
+import re
+import sys
 import tempfile
+import threading
 import zipfile
+import zlib
 
 import numpy as np
+import orbax.checkpoint as ocp
 from absl import logging
 
-POINTER = "LATEST"
+ITEMS = ("networks", "state", "meta")
+CHECKSUMS = "checksums"  # checkpoints/checksums/step_N.json: the state item's CRCs
+FORMAT = "lc_cfr/orbax-1"
+_STEP = re.compile(r"^step_(\d{8})$")
+_LEGACY = re.compile(r"^ckpt_(\d{8})$")
 
 
 def atomic_write_text(path: pathlib.Path, text: str) -> None:
@@ -37,101 +60,286 @@ def atomic_write_text(path: pathlib.Path, text: str) -> None:
         raise
 
 
-def _name(iteration: int) -> str:
-    return f"ckpt_{iteration:08d}"
-
-
-def save(
-    directory: pathlib.Path, iteration: int, arrays: dict[str, np.ndarray], meta: dict
-) -> pathlib.Path:
-    """Writes checkpoint `iteration` and points LATEST at it; returns its path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / _name(iteration)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=".staging-", dir=directory))
-    with open(staging / "arrays.npz", "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    (staging / "meta.json").write_text(json.dumps({"iteration": iteration, **meta}, indent=1))
-    if final.exists():  # a rerun of the same iteration replaces it
-        shutil.rmtree(final)
-    os.rename(staging, final)
-    atomic_write_text(directory / POINTER, final.name)
-    return final
-
-
-def _iteration(path: pathlib.Path) -> int:
-    return int(path.name.split("_")[1])
-
-
-def complete(directory: pathlib.Path) -> list[pathlib.Path]:
-    """Every checkpoint directory whose files are all in place, oldest first (a save
-    renames a finished staging directory into place, so these are whole saves unless a
-    file was damaged later)."""
-    paths = [
-        path
-        for path in directory.glob("ckpt_*")
-        if (path / "arrays.npz").is_file() and (path / "meta.json").is_file()
-    ]
-    return sorted(paths, key=_iteration)
-
-
-def latest(directory: pathlib.Path) -> pathlib.Path | None:
-    """The checkpoint LATEST names; the newest complete one when LATEST is missing or
-    names a checkpoint that is not there (with a warning); None when there is none."""
-    pointer = directory / POINTER
-    if pointer.exists():
-        path = directory / pointer.read_text().strip()
-        if (path / "arrays.npz").is_file() and (path / "meta.json").is_file():
-            return path
-        problem = f"{pointer} names {path.name}, which is missing or incomplete"
-    else:
-        problem = f"{pointer} is missing"
-    found = complete(directory) if directory.is_dir() else []
-    if found:
-        logging.warning("%s; using the newest complete checkpoint, %s", problem, found[-1].name)
-        return found[-1]
-    return None
-
-
-def candidates(directory: pathlib.Path) -> list[pathlib.Path]:
-    """Checkpoints to restore from, best first: the latest, then the older complete ones
-    (a damaged latest file falls back to the checkpoint before it)."""
-    first = latest(directory)
-    if first is None:
-        return []
-    older = [path for path in reversed(complete(directory)) if _iteration(path) < _iteration(first)]
-    return [first, *older]
-
-
-def find(directory: pathlib.Path, iteration: int | None) -> pathlib.Path | None:
-    """Checkpoint `iteration`, or the latest one when `iteration` is None."""
-    if iteration is None:
-        return latest(directory)
-    path = directory / _name(iteration)
-    if not (path / "arrays.npz").exists():
-        raise FileNotFoundError(f"no checkpoint of iteration {iteration} in {directory}")
-    return path
-
-
-# What a damaged checkpoint raises when read (truncated or garbled zip, cut JSON).
-READ_ERRORS = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile)
-
-
 class DamagedCheckpoint(ValueError):
     """A checkpoint file that cannot be read whole; the message names the file."""
+
+
+class CheckpointWriteError(OSError):
+    """A save that failed (disk full, permissions); the steps before it are intact."""
 
 
 class CheckpointMismatch(ValueError):
     """A checkpoint that reads whole but does not hold what the config describes."""
 
 
-def load(path: pathlib.Path) -> tuple[dict[str, np.ndarray], dict]:
-    """(arrays, metadata) of one checkpoint directory.
+class _QuietOrbax:
+    """Drops orbax's INFO lines (about 80 a save) and its ERROR lines from absl's log;
+    warnings pass, except those saying a reader's manager is read-only. Every orbax
+    error of a save is raised again by `CheckpointStore.wait` as one
+    `CheckpointWriteError` naming the step, so the logged copies (each with a traceback)
+    would only repeat it."""
 
-    Raises:
-        DamagedCheckpoint: naming the file, when a file cannot be read whole.
+    def filter(self, record) -> bool:
+        if "/orbax/" not in record.pathname:
+            return True
+        # a read-only manager warns that it is read-only, which is what was asked for
+        return record.levelno == std_logging.WARNING and "read only" not in (
+            record.getMessage().replace("_", " ")
+        )
+
+
+_QUIET = _QuietOrbax()
+
+
+def _silence_closed_loop_callbacks() -> None:
+    """After a failed save, tensorstore still completes the aborted writes' futures and
+    their callbacks find orbax's event loop closed; Python would print each of those
+    `RuntimeError('Event loop is closed')` as an ignored exception with a traceback,
+    after the one-line error that already says what failed. Only those are dropped."""
+    previous = sys.unraisablehook
+    if getattr(previous, "lc_cfr_quiet", False):
+        return
+
+    def hook(unraisable):
+        value = unraisable.exc_value
+        if isinstance(value, RuntimeError) and str(value) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook.lc_cfr_quiet = True
+    sys.unraisablehook = hook
+
+
+def checksums(arrays: dict[str, np.ndarray]) -> dict[str, int]:
+    """{key: CRC-32 of the array's bytes} (dtype and shape are checked on restore)."""
+    return {
+        key: zlib.crc32(np.ascontiguousarray(value).reshape(-1).view(np.uint8))
+        for key, value in arrays.items()
+    }
+
+
+def _verify(arrays: dict, expected: dict, where: pathlib.Path) -> None:
+    if set(arrays) != set(expected):
+        missing = sorted(set(expected) ^ set(arrays))[:3]
+        raise DamagedCheckpoint(f"{where} does not hold the arrays its checksums name: {missing}")
+    for key, crc in checksums(arrays).items():
+        if crc != expected[key]:
+            raise DamagedCheckpoint(f"{where} is damaged: array {key} fails its checksum")
+
+
+def _steps_named(directory: pathlib.Path, pattern: re.Pattern) -> dict[int, pathlib.Path]:
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for path in directory.iterdir():
+        match = pattern.match(path.name)
+        if match and path.is_dir():
+            found[int(match.group(1))] = path
+    return found
+
+
+class CheckpointStore:
+    """The `checkpoints/` directory of one run.
+
+    Writers (the trainer) save, wait and close; readers (`evaluate`, `play`) open it with
+    `read_only=True`, which never creates, deletes or prunes anything.
     """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        keep_every: int = 0,
+        asynchronous: bool = True,
+        read_only: bool = False,
+    ):
+        """Opens the store.
+
+        Args:
+            directory: the run's `checkpoints/` directory.
+            keep_every: steps that are multiples of it are kept; of the others only the
+                newest (0: only the newest step is kept).
+            asynchronous: write in the background (`wait` joins); False writes in `save`.
+            read_only: open for reading only.
+        """
+        self.directory = pathlib.Path(directory).absolute()
+        if _QUIET not in logging.get_absl_logger().filters:
+            logging.get_absl_logger().addFilter(_QUIET)
+        if not read_only:
+            _silence_closed_loop_callbacks()
+        self.read_only = read_only
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=None if read_only else 1,
+            keep_period=keep_every if keep_every > 0 and not read_only else None,
+            enable_async_checkpointing=asynchronous,
+            step_name_format=ocp.step.standard_name_format(
+                step_prefix="step", step_format_fixed_length=8
+            ),
+            create=not read_only,
+            cleanup_tmp_directories=not read_only,  # what a crash mid-save left
+            read_only=read_only,
+        )
+        self._manager = None
+        if not read_only or self.directory.is_dir():
+            self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
+        # (step, checksum thread, its errors) of the save `wait` has not joined yet
+        self._pending: tuple[int, threading.Thread, list] | None = None
+
+    # ----- writing ---------------------------------------------------------------
+
+    def save(self, step: int, networks: dict, state: dict, meta: dict) -> None:
+        """Starts saving step `step`; the arrays must not change until `wait` returns.
+
+        Raises:
+            CheckpointWriteError: naming the step, when this save (synchronous) or the
+                previous one (asynchronous, joined here) failed.
+        """
+        self.wait()
+        meta = {"format": FORMAT, "iteration": step, **meta}
+        meta["network_checksums"] = checksums(networks)
+        sums_path = self._checksums_path(step)
+        sums_path.parent.mkdir(exist_ok=True)
+        sums_path.unlink(missing_ok=True)
+        errors: list = []
+
+        def write_checksums():
+            try:
+                atomic_write_text(sums_path, json.dumps(checksums(state)))
+            except OSError as error:  # raised again by `wait`
+                errors.append(error)
+
+        thread = threading.Thread(target=write_checksums, name="checkpoint-crc")
+        thread.start()
+        self._pending = (step, thread, errors)
+        if step in self._manager.all_steps():  # a rerun of the same iteration replaces it
+            self._manager.delete(step)
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    networks=ocp.args.StandardSave(networks),
+                    state=ocp.args.StandardSave(state),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+                force=True,
+            )
+        except Exception as error:  # synchronous saves fail here
+            self._pending = None
+            thread.join()
+            raise self._write_error(step, error) from error
+
+    def wait(self) -> None:
+        """Returns once the last save is on disk with its state checksums."""
+        if self._pending is None:
+            return
+        step, thread, errors = self._pending
+        self._pending = None
+        thread.join()
+        try:
+            self._manager.wait_until_finished()
+            if errors:
+                raise errors[0]
+        except Exception as error:  # orbax re-raises its writer threads' errors here
+            raise self._write_error(step, error) from error
+        kept = {self._checksums_path(step) for step in self._manager.all_steps()}
+        for path in (self.directory / CHECKSUMS).glob("step_*.json"):
+            if path not in kept:  # its step was pruned
+                path.unlink(missing_ok=True)
+
+    def _write_error(self, step: int, error: Exception) -> CheckpointWriteError:
+        before = [s for s in self.steps() if s < step]
+        kept = f"step {before[-1]} is intact" if before else "no earlier checkpoint"
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return CheckpointWriteError(
+            f"saving checkpoint {step} in {self.directory} failed ({reason}); {kept}"
+        )
+
+    def close(self) -> None:
+        """Waits for the last save and releases orbax's threads."""
+        try:
+            self.wait()
+        finally:
+            if self._manager is not None:
+                self._manager.close()
+
+    # ----- reading ---------------------------------------------------------------
+
+    def _step_path(self, step: int) -> pathlib.Path:
+        return self.directory / f"step_{step:08d}"
+
+    def _checksums_path(self, step: int) -> pathlib.Path:
+        return self.directory / CHECKSUMS / f"step_{step:08d}.json"
+
+    def steps(self) -> list[int]:
+        """Complete steps, oldest first: orbax's finalised ones and the older format's."""
+        found = set(_steps_named(self.directory, _LEGACY))
+        if self._manager is not None:
+            self._manager.reload()
+            found |= set(self._manager.all_steps())
+        return sorted(found)
+
+    def latest(self) -> int | None:
+        """The newest complete step, or None."""
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def path(self, step: int) -> pathlib.Path:
+        """The directory of step `step` (either format)."""
+        path = self._step_path(step)
+        legacy = self.directory / f"ckpt_{step:08d}"
+        return legacy if legacy.is_dir() and not path.is_dir() else path
+
+    def load(self, step: int, *, networks_only: bool = False) -> tuple[dict, dict]:
+        """(arrays, meta) of step `step`, every array checked against its checksum.
+
+        Args:
+            step: a step of `steps()`.
+            networks_only: read only the `networks` item (the memories stay on disk).
+
+        Raises:
+            FileNotFoundError: naming the step, when it is not there.
+            DamagedCheckpoint: naming the file or item, when it cannot be read whole.
+        """
+        path = self.path(step)
+        if not path.is_dir():
+            raise FileNotFoundError(f"no checkpoint of iteration {step} in {self.directory}")
+        if path.name.startswith("ckpt_"):
+            return _load_legacy(path)
+        try:
+            meta = json.loads((path / "meta" / "metadata").read_text())
+        except (OSError, ValueError) as error:
+            raise DamagedCheckpoint(f"{path / 'meta'} is damaged: {error}") from error
+        items = ("networks",) if networks_only else ("networks", "state")
+        arrays = {}
+        for item in items:
+            try:
+                restored = self._manager.restore(
+                    step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore()})
+                )[item]
+            except Exception as error:  # orbax and tensorstore raise many kinds
+                raise DamagedCheckpoint(f"{path / item} is damaged: {error}") from error
+            if item == "networks":
+                _verify(restored, meta.get("network_checksums", {}), path / item)
+            else:
+                sums = self._checksums_path(step)
+                if sums.is_file():
+                    try:
+                        expected = json.loads(sums.read_text())
+                    except (OSError, ValueError) as error:
+                        raise DamagedCheckpoint(f"{sums} is damaged: {error}") from error
+                    _verify(restored, expected, path / item)
+                else:
+                    logging.warning("%s is missing: %s is restored unverified", sums, path)
+            arrays.update({key: np.asarray(value) for key, value in restored.items()})
+        return arrays, meta
+
+
+# What a damaged file of the older format raises when read (truncated zip, cut JSON).
+_LEGACY_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile)
+
+
+def _load_legacy(path: pathlib.Path) -> tuple[dict, dict]:
+    """(arrays, meta) of a checkpoint written before orbax (`ckpt_N/arrays.npz`)."""
     for name in ("meta.json", "arrays.npz"):
         try:
             if name == "meta.json":
@@ -139,18 +347,15 @@ def load(path: pathlib.Path) -> tuple[dict[str, np.ndarray], dict]:
             else:
                 with np.load(path / name) as data:
                     arrays = {key: data[key] for key in data.files}
-        except READ_ERRORS as error:
+        except _LEGACY_READ_ERRORS as error:
             raise DamagedCheckpoint(f"{path / name} is damaged: {error}") from error
     return arrays, meta
 
 
-def prune(directory: pathlib.Path, keep_every: int) -> None:
-    """Deletes checkpoints other than LATEST's and those on the `keep_every` schedule."""
-    current = latest(directory)
-    for path in directory.glob("ckpt_*"):
-        iteration = int(path.name.split("_")[1])
-        keep = keep_every > 0 and iteration % keep_every == 0
-        if path != current and not keep:
-            shutil.rmtree(path)
-    for stale in directory.glob(".staging-*"):  # left by a crash mid-save
-        shutil.rmtree(stale)
+def latest_step(directory: str | os.PathLike) -> int | None:
+    """The newest complete step in `directory`, read without opening it for writing."""
+    store = CheckpointStore(directory, read_only=True)
+    try:
+        return store.latest()
+    finally:
+        store.close()

@@ -15,14 +15,12 @@ so one reader serves every run.
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 from typing import Any, NamedTuple
 
 import jax
 import ml_collections
-import numpy as np
 
 from lc_cfr.eval import SD_CFR, Snapshots
 from lc_cfr.game.rules import Rules
@@ -63,7 +61,7 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
 
     Args:
         workdir: the run directory (holds config.json and checkpoints/).
-        iteration: the checkpoint's iteration; None for the one LATEST names.
+        iteration: the checkpoint's iteration; None for the newest complete one.
 
     Returns:
         The checkpoint's `SavedNetworks`.
@@ -94,38 +92,37 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"{config_path} is not a usable config: {error}") from error
 
-    directory = workdir / "checkpoints"
+    store = checkpoint.CheckpointStore(workdir / "checkpoints", read_only=True)
     try:
-        path = checkpoint.find(directory, iteration)
-    except FileNotFoundError as error:
-        raise CheckpointNotFoundError(str(error)) from error
-    if path is None:
-        raise CheckpointNotFoundError(f"no checkpoint in {directory} yet")
-
-    arrays_path = path / "arrays.npz"
+        step = store.latest() if iteration is None else iteration
+        if step is None:
+            raise CheckpointNotFoundError(f"no checkpoint in {store.directory} yet")
+        try:
+            # the networks item only: memories and optimizer states stay on disk
+            arrays, meta = store.load(step, networks_only=True)
+        except FileNotFoundError as error:
+            raise CheckpointNotFoundError(str(error)) from error
+        except checkpoint.DamagedCheckpoint as error:
+            others = [f"{s}" for s in store.steps() if s != step]
+            hint = f"other checkpoints: {', '.join(others)} (pick one with --checkpoint=N)"
+            raise ValueError(f"{error}; {hint if others else 'no other checkpoint'}") from error
+    finally:
+        store.close()
+    path = store.path(step)
     try:
-        meta = json.loads((path / "meta.json").read_text())
         found = int(meta["iteration"])
-    except (*checkpoint.READ_ERRORS, TypeError) as error:
-        raise _damaged(path / "meta.json", error, directory) from error
-    try:
-        # np.load reads a member only when it is indexed: the memories and optimizer
-        # states, most of the file, stay on disk.
-        with np.load(arrays_path) as arrays:
-            advantage = read_tree(arrays, "advantage_params", (params, params))
-            strategy = read_tree(arrays, "strategy_params", params)
-            snapshots = None
-            if kept > 0:
-                # the trainer's stacks: every leaf gains a leading axis of the K slots
-                stack = jax.tree.map(
-                    lambda leaf: jax.ShapeDtypeStruct((kept, *leaf.shape), leaf.dtype), params
-                )
-                stacks = read_tree(arrays, "sd_advantage", (stack, stack))
-                snapshots = Snapshots(stacks, int(meta["sd_count"]))
-    except checkpoint.CheckpointMismatch as error:
-        raise ValueError(f"{arrays_path} does not match {config_path}: {error}") from error
-    except checkpoint.READ_ERRORS as error:
-        raise _damaged(arrays_path, error, directory) from error
+        advantage = read_tree(arrays, "advantage_params", (params, params))
+        strategy = read_tree(arrays, "strategy_params", params)
+        snapshots = None
+        if kept > 0:
+            # the trainer's stacks: every leaf gains a leading axis of the K slots
+            stack = jax.tree.map(
+                lambda leaf: jax.ShapeDtypeStruct((kept, *leaf.shape), leaf.dtype), params
+            )
+            stacks = read_tree(arrays, "sd_advantage", (stack, stack))
+            snapshots = Snapshots(stacks, int(meta["sd_count"]))
+    except (checkpoint.CheckpointMismatch, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} does not match {config_path}: {error}") from error
     return SavedNetworks(
         workdir=workdir,
         iteration=found,
@@ -136,10 +133,3 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
         strategy=strategy,
         snapshots=snapshots,
     )
-
-
-def _damaged(file: pathlib.Path, error: Exception, directory: pathlib.Path) -> ValueError:
-    """The error for a damaged checkpoint file, naming the checkpoints that may serve."""
-    others = [path.name for path in checkpoint.complete(directory) if path != file.parent]
-    hint = f"other checkpoints: {', '.join(others)} (pick one with --checkpoint=N)"
-    return ValueError(f"{file} is damaged ({error}); {hint if others else 'no other checkpoint'}")

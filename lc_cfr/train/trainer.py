@@ -40,6 +40,9 @@ from lc_cfr.traversal.torch import WorkerSettings
 
 # Config blocks a resumed run may change; every other field must match the checkpoint.
 # How a backend runs (lanes, worker counts, widths) never changes a traversal's samples.
+# Trees saved in the checkpoint item `networks` (all that evaluation and play read).
+NETWORK_ITEMS = ("advantage_params", "strategy_params", "sd_advantage")
+
 RESUMABLE_CHANGES = (
     "run.",
     "checkpoint.",
@@ -417,6 +420,7 @@ class Trainer:
         if self.evaluation["exploitability_every"]:
             self.exploitability = exploitability_evaluator(config, self.rules, self.spec)
         self.base_key = jax.random.PRNGKey(config.seed)
+        self._checkpoints: checkpoint.CheckpointStore | None = None  # opened by run/restore
 
     # ----- randomness: a pure function of (seed, iteration, player, purpose) -----------
 
@@ -567,6 +571,11 @@ class Trainer:
             for name, value in shares.items():
                 target_totals[name] = target_totals.get(name, 0.0) + value
 
+            if p == 0 and self._checkpoints is not None:
+                # the last save may still be reading the memories this add donates
+                start = time.perf_counter()
+                self._checkpoints.wait()
+                row["checkpoint_wait_seconds"] = time.perf_counter() - start
             start = time.perf_counter()
             adv_memory[p] = self._add(
                 adv_memory[p],
@@ -752,8 +761,10 @@ class Trainer:
         return (*previous, losses)
 
     def _latest_note(self) -> str:
-        latest = checkpoint.latest(self.workdir / "checkpoints")
-        return f"{latest} is the latest state" if latest else "no checkpoint written yet"
+        latest = self._checkpoints.latest() if self._checkpoints is not None else None
+        if latest is None:
+            return "no checkpoint written yet"
+        return f"{self._checkpoints.path(latest)} is the latest state"
 
     def evaluate(self, state: TrainState) -> dict:
         """Mirrored evaluation (and exact exploitability) on the `evaluation` schedules."""
@@ -796,12 +807,14 @@ class Trainer:
 
     # ----- checkpoints -------------------------------------------------------------
 
-    def _arrays(self, state: TrainState) -> dict[str, np.ndarray]:
-        arrays = {}
+    def _arrays(self, state: TrainState) -> tuple[dict, dict]:
+        """(networks, rest): the flat arrays of the checkpoint's two items; evaluation
+        and play read only the first."""
+        networks, arrays = {}, {}
         trees = {
             "advantage_params": state.advantage_params,
-            "advantage_opt": state.advantage_opt,
             "strategy_params": state.strategy_params,
+            "advantage_opt": state.advantage_opt,
             "strategy_opt": state.strategy_opt,
             "league": state.league,
         }
@@ -810,8 +823,9 @@ class Trainer:
         if state.sd_advantage is not None:
             trees["sd_advantage"] = state.sd_advantage
         for name, tree in trees.items():
+            target = networks if name in NETWORK_ITEMS else arrays
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-                arrays[name + jax.tree_util.keystr(path)] = np.asarray(leaf)
+                target[name + jax.tree_util.keystr(path)] = np.asarray(leaf)
         memories = {
             "advantage_memory_0": state.advantage_memory[0],
             "advantage_memory_1": state.advantage_memory[1],
@@ -824,7 +838,7 @@ class Trainer:
                 arrays[f"{name}/{key}"] = np.asarray(value)
         # The only RNG state: every key is fold_in(base_key, iteration, player, purpose).
         arrays["rng/base_key"] = np.asarray(jax.random.key_data(self.base_key))
-        return arrays
+        return networks, arrays
 
     def _from_arrays(self, arrays: dict, meta: dict) -> TrainState:
         template = self.initial_state()
@@ -897,22 +911,37 @@ class Trainer:
         meta = {"league_added": state.league_added, "metrics": row, "seed": self.config.seed}
         if state.sd_advantage is not None:
             meta.update(sd_count=state.sd_count, sd_weight=state.sd_weight)
-        checkpoint.save(self.workdir / "checkpoints", state.iteration, self._arrays(state), meta)
-        checkpoint.prune(self.workdir / "checkpoints", self.config.checkpoint.save_every)
+        self._open_checkpoints().save(state.iteration, *self._arrays(state), meta)
+
+    def _open_checkpoints(self) -> checkpoint.CheckpointStore:
+        """The run's checkpoint store, opened for writing on first use."""
+        if self._checkpoints is None:
+            self._checkpoints = checkpoint.CheckpointStore(
+                self.workdir / "checkpoints",
+                keep_every=self.config.checkpoint.save_every,
+                asynchronous=bool(self.config.checkpoint.asynchronous),
+            )
+        return self._checkpoints
 
     def restore(self, iteration: int | None = None) -> tuple[TrainState, dict | None] | None:
         """The state of checkpoint `iteration`, or None without one. With `iteration`
         None: the latest checkpoint, or, when its files are damaged, the newest older one
-        that reads whole (with a warning naming the damaged file)."""
-        directory = self.workdir / "checkpoints"
-        if iteration is not None:
-            paths = [checkpoint.find(directory, iteration)]
-        else:
-            paths = checkpoint.candidates(directory)
+        that reads whole (with a warning naming the damaged file). Outside `run` the
+        checkpoints are opened read-only."""
+        if self._checkpoints is not None:
+            return self._restore_from(self._checkpoints, iteration)
+        store = checkpoint.CheckpointStore(self.workdir / "checkpoints", read_only=True)
+        try:
+            return self._restore_from(store, iteration)
+        finally:
+            store.close()
+
+    def _restore_from(self, store: checkpoint.CheckpointStore, iteration: int | None):
+        steps = [iteration] if iteration is not None else list(reversed(store.steps()))
         damaged = []
-        for path in paths:
+        for step in steps:
             try:
-                arrays, meta = checkpoint.load(path)
+                arrays, meta = store.load(step)
             except checkpoint.DamagedCheckpoint as error:
                 if iteration is not None:
                     raise
@@ -922,7 +951,7 @@ class Trainer:
             return self._from_arrays(arrays, meta), meta.get("metrics")
         if damaged:
             raise checkpoint.DamagedCheckpoint(
-                f"no checkpoint in {directory} reads whole: " + "; ".join(damaged)
+                f"no checkpoint in {store.directory} reads whole: " + "; ".join(damaged)
             )
         return None
 
@@ -956,9 +985,20 @@ class Trainer:
     # ----- the loop ----------------------------------------------------------------
 
     def run(self) -> TrainState:
+        """Trains to run.max_iterations (or run.max_minutes), resuming the workdir's run;
+        returns once the last checkpoint is on disk."""
+        try:
+            return self._run()
+        finally:
+            if self._checkpoints is not None:
+                self._checkpoints.close()  # the last (asynchronous) save lands here
+                self._checkpoints = None
+
+    def _run(self) -> TrainState:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._check_resumable()
         checkpoint.atomic_write_text(self.workdir / "config.json", self.config.to_json(indent=1))
+        self._open_checkpoints()
         restored = self.restore()
         if restored is None and not self.config.run.restart:
             _refuse_to_restart(self.workdir)
@@ -993,9 +1033,10 @@ class Trainer:
                 progress.update(row)
                 if run.max_minutes > 0 and time.perf_counter() - started > 60 * run.max_minutes:
                     break
-            if checkpoint.latest(self.workdir / "checkpoints") is None or _behind(
-                self.workdir, state.iteration
-            ):
+            store = self._open_checkpoints()
+            store.wait()  # a save still in flight is not listed yet
+            latest = store.latest()
+            if latest is None or latest < state.iteration:
                 self.save(state, None)  # stopped by max_minutes: never lose the progress
         finally:
             progress.close()
@@ -1036,11 +1077,6 @@ def _has_row(path: pathlib.Path, iteration: int) -> bool:
         return iteration == 0
     rows = [line for line in path.read_text().splitlines() if line.strip()]
     return any(json.loads(line)["iteration"] == iteration for line in rows)
-
-
-def _behind(workdir: pathlib.Path, iteration: int) -> bool:
-    latest = checkpoint.latest(workdir / "checkpoints")
-    return latest is None or int(latest.name.split("_")[1]) < iteration
 
 
 def default_workdir() -> pathlib.Path:
