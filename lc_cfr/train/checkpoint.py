@@ -36,6 +36,7 @@ import zlib
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from orbax.checkpoint import type_handlers
 
 ITEMS = ("networks", "state", "meta")
 CHECKSUMS = "checksums"  # checkpoints/checksums/step_N.json: the state item's CRCs
@@ -127,6 +128,21 @@ def _verify(arrays: dict, expected: dict, where: pathlib.Path) -> None:
             raise DamagedCheckpoint(f"{where} is damaged: array {key} fails its checksum")
 
 
+def _item_handlers() -> dict:
+    """Orbax handlers of the three items. Numpy arrays are handed to the writer without
+    orbax's protective deep copy (which doubled the peak memory and was most of a save's
+    blocking time with full memories, docs/performance.md): the trainer changes no array
+    of a pending save before `wait` returns."""
+
+    def arrays():
+        registry = type_handlers.create_type_handler_registry(
+            (np.ndarray, type_handlers.NumpyHandler(deepcopy_host_arrays=False))
+        )
+        return ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
+
+    return {"networks": arrays(), "state": arrays(), "meta": ocp.JsonCheckpointHandler()}
+
+
 def _steps_named(directory: pathlib.Path, pattern: re.Pattern) -> dict[int, pathlib.Path]:
     if not directory.is_dir():
         return {}
@@ -181,7 +197,9 @@ class CheckpointStore:
         )
         self._manager = None
         if not read_only or self.directory.is_dir():
-            self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
+            self._manager = ocp.CheckpointManager(
+                self.directory, options=options, item_handlers=_item_handlers()
+            )
         # (step, checksum thread, its errors) of the save `wait` has not joined yet
         self._pending: tuple[int, threading.Thread, list] | None = None
 
@@ -217,8 +235,8 @@ class CheckpointStore:
             self._manager.save(
                 step,
                 args=ocp.args.Composite(
-                    networks=ocp.args.StandardSave(networks),
-                    state=ocp.args.StandardSave(state),
+                    networks=ocp.args.PyTreeSave(networks),
+                    state=ocp.args.PyTreeSave(state),
                     meta=ocp.args.JsonSave(meta),
                 ),
                 force=True,
@@ -314,7 +332,7 @@ class CheckpointStore:
         for item in items:
             try:
                 restored = self._manager.restore(
-                    step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore()})
+                    step, args=ocp.args.Composite(**{item: ocp.args.PyTreeRestore()})
                 )[item]
             except Exception as error:  # orbax and tensorstore raise many kinds
                 raise DamagedCheckpoint(f"{path / item} is damaged: {error}") from error
