@@ -30,6 +30,7 @@ LAYERS = {
     "main": 6,
     "evaluate": 6,
     "play": 6,
+    "report": 6,
 }
 # the package's own __init__ imports nothing; listed so that every area is accounted for
 TOP = ""

@@ -33,6 +33,7 @@ import threading
 import zipfile
 import zlib
 
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
@@ -136,7 +137,8 @@ def _item_handlers() -> dict:
 
     def arrays():
         registry = type_handlers.create_type_handler_registry(
-            (np.ndarray, type_handlers.NumpyHandler(deepcopy_host_arrays=False))
+            (np.ndarray, type_handlers.NumpyHandler(deepcopy_host_arrays=False)),
+            (jax.Array, type_handlers.ArrayHandler()),  # unused; orbax warns without it
         )
         return ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
 

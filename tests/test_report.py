@@ -1,0 +1,78 @@
+"""`python -m lc_cfr.report`: one screen about a run, from its files only."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from lc_cfr import report
+from lc_cfr.train import Trainer
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "configs"))
+import default as default_config  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("run")
+    config = default_config.get_config("smoke")
+    config.logging.tensorboard = False
+    config.run.max_iterations = 2
+    config.evaluation.eval_every = 1
+    config.traversal.lanes = 4  # a change from the smoke preset, and one from the default
+    Trainer(config, workdir).run()
+    return workdir
+
+
+def test_report_reads_config_progress_evaluations_and_checkpoints(run):
+    figures = report.build_report(run)
+    assert figures["preset"] == "smoke"
+    assert figures["changed_from_preset"] == {
+        "logging.tensorboard": False,
+        "run.max_iterations": 2,
+        "evaluation.eval_every": 1,
+        "traversal.lanes": 4,
+    }
+    assert figures["progress"]["iterations"] == 2 and figures["progress"]["max_iterations"] == 2
+    assert figures["progress"]["eta_seconds"] == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    margins = [row["eval/current/random/margin_mean"] for row in rows]
+    pair = figures["evaluations"]["current/random"]
+    assert pair["last"]["margin"] == margins[-1] and pair["last"]["iteration"] == 2
+    assert pair["best"]["margin"] == max(margins)
+    assert figures["checkpoints"]["steps"] == [2]  # smoke keeps every 2nd and the newest
+    assert figures["phases"]["traversal_seconds"] > 0
+    text = report.render(figures)
+    assert "changed from configs/default.py:smoke (4)" in text
+    assert "current/random" in text and "2/2 iterations" in text
+
+
+def test_a_torn_last_row_is_skipped(run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    with open(copy / "metrics.jsonl", "a") as f:
+        f.write('{"iteration": 3, "lo')
+    assert report.build_report(copy)["progress"]["iterations"] == 2
+
+
+def _cli(*args):
+    env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
+    command = [sys.executable, "-m", "lc_cfr.report", *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_prints_one_screen_and_writes_json(run, tmp_path):
+    out = tmp_path / "report.json"
+    result = _cli(f"--workdir={run}", f"--json={out}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.splitlines()) < 40
+    assert json.loads(out.read_text())["checkpoints"]["steps"] == [2]
+    missing = _cli(f"--workdir={tmp_path / 'nowhere'}")
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert "does not exist" in missing.stderr.splitlines()[-1]
