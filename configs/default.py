@@ -65,8 +65,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # Annealing: epsilon *= epsilon_decay every epsilon_decay_every iterations, down to
     # epsilon_min (a few values: one compiled traversal each); 1.0 = constant epsilon.
     config.traversal.epsilon_decay = 1.0
-    config.traversal.epsilon_decay_every = 20
-    config.traversal.epsilon_min = 0.05
+    config.traversal.epsilon_decay_every = 20  # iterations between two decays
+    config.traversal.epsilon_min = 0.05  # the decay stops here
     config.traversal.outcome_sampling_value_clip = 20.0  # |importance-weighted value| cap; 0 = off
     # Targets of unsampled actions: negative_node_value (unbiased) | zero (biased).
     config.traversal.outcome_unsampled_regret = "negative_node_value"  # see line above
@@ -162,7 +162,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         "safe_heuristic_strict,noisy_safe"
     )  # bots met every extended_eval_every (replaces the regular set on those iterations)
     config.evaluation.extended_games = 2000  # games per view and opponent
-    config.evaluation.views = "average_strategy,current"  # ... and sd_cfr (needs sd_cfr.snapshots)
+    # Policies evaluated: average_strategy (the strategy network), current (regret
+    # matching on the advantage networks), sd_cfr (needs sd_cfr.snapshots).
+    config.evaluation.views = "average_strategy,current"
     config.evaluation.mode = "greedy"  # greedy | sampled play of the views
     config.evaluation.seed = 20261130  # deals (iteration word 0) and sampled actions
     config.evaluation.lanes = 0  # games in flight at once; 0 = the evaluator's default
@@ -247,7 +249,7 @@ def _tiny(config: ml_collections.ConfigDict) -> None:
     config.memory.advantage_capacity = 200_000
     config.memory.strategy_capacity = 200_000
     config.memory.value_capacity = 20_000
-    config.evaluation.eval_every = 0  # bots are no yardstick here: exploitability is
+    config.evaluation.eval_every = 0  # exploitability is the yardstick here, not bots
     config.evaluation.extended_eval_every = 0
     config.evaluation.exploitability_every = 5
 
