@@ -200,8 +200,9 @@ def _classic(config: ml_collections.ConfigDict) -> None:
 
 
 def _small(config: ml_collections.ConfigDict) -> None:
-    """A 3-colour game and a 128x2 network for learning experiments: about 20 s per
-    iteration on a 2-core CPU shared with a second run (docs/experiments.md)."""
+    """A 3-colour game and a 128x2 network for learning experiments: about 30 s per
+    iteration on a 2-core CPU shared with a second run. 1024 advantage updates: 256 left
+    the networks underfit (docs/experiments.md, sections 7 and 8)."""
     config.rules.n_colors = 3
     config.rules.hand_size = 6
     config.rules.max_turns = 60
@@ -210,7 +211,7 @@ def _small(config: ml_collections.ConfigDict) -> None:
     config.traversal.lanes = 512
     config.network.hidden_size = 128
     config.network.num_layers = 2
-    config.optimization.advantage_updates = 256
+    config.optimization.advantage_updates = 1024
     config.optimization.advantage_batch_size = 512
     config.optimization.strategy_updates = 128
     config.optimization.strategy_batch_size = 256
