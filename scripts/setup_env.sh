@@ -11,7 +11,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q -c constraints.txt setuptools wheel Cython numpy
-  "$VENV/bin/python" -m pip install -q --no-build-isolation -c constraints.txt -e ".[dev,openspiel,plots]"
+  "$VENV/bin/python" -m pip install -q --no-build-isolation -c constraints.txt -e ".[dev,openspiel,plots,search]"
   echo "$want" > "$stamp"
 fi
 "$VENV/bin/python" setup.py -q build_ext --inplace >/dev/null

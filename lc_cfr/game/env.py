@@ -34,12 +34,14 @@ Where it differs, and why:
   `engine.init_from_deck`. This is pgx's keyed deal, and it is NOT the trainer's deal:
   the trainer and evaluation deal game `g` of `(seed, iteration)` with the shared
   counter-based generator (`engine.init`, `rng.Purpose.DEAL`), which the Cython engine
-  reproduces bit for bit. The same key never gives the same deck as any (seed, game).
+  reproduces bit for bit; a key's deal is unrelated to those. To play the trainer's
+  deals through the env, wrap them: `env.from_engine_state(engine.init(rules, seed, g))`.
 - `step` ignores `key`: chance is fixed by the deck order at the deal, so the dynamics
   are deterministic (pgx likewise takes the key only for stochastic games).
-- `truncated` is the engine's `max_turns` cap (docs/game.md, "Why max_turns"); pgx
-  leaves step limits to wrappers. A truncated game is over and pays its standing score
-  difference, as the engine scores it; `terminated` and `truncated` are never both set.
+- `truncated` means the engine's `max_turns` cap ended the game (docs/game.md, "Why
+  max_turns"). Such a game is over, like a terminated one: it pays its standing score
+  difference, as the engine and the trainer score it, rather than leaving a value to
+  bootstrap. `terminated` and `truncated` are never both set.
 - Player 0 always moves first (the engine's rule). Pgx shuffles the seats of many
   two-player games at `init`; here an agent that should learn both seats must be given
   both (mirror the games).
@@ -123,7 +125,7 @@ class LostCitiesEnv:
         return self.from_engine_state(engine.init_from_deck(self.rules, deck))
 
     def from_engine_state(self, x: engine.State) -> EnvState:
-        """Wraps an engine state (e.g. an `engine.init` deal) with zero rewards."""
+        """Wraps an engine state (e.g. an `engine.init` deal): zero rewards, step count 0."""
         return self._wrap(x, jnp.zeros((2,), jnp.float32), jnp.int32(0))
 
     def step(self, state: EnvState, action, key: jax.Array | None = None) -> EnvState:
@@ -144,7 +146,7 @@ class LostCitiesEnv:
         after = engine.step(self.rules, before, action)
         # The engine returns a finished state unchanged, so `ended` is false there and the
         # no-op pays nothing; only the step that finishes the game pays the returns.
-        ended = after.terminal
+        ended = after.terminal & ~before.terminal
         rewards = jnp.where(ended, engine.returns(self.rules, after), jnp.float32(0))
         step_count = state._step_count + (~before.terminal).astype(jnp.int32)
         return self._wrap(after, rewards, step_count)
