@@ -4,6 +4,9 @@
         [--games=N] [--views=average_strategy,current] [--mode=greedy|sampled]
         [--seed=S] [--lanes=L] [--json=PATH] [--exploitability]
     python -m lc_cfr.evaluate --agent=safe_heuristic [--rules=n_colors=2,hand_size=3] ...
+    python -m lc_cfr.evaluate --agent=openspiel_ismcts --opponents=random,safe_heuristic \
+        --games=8 --rules=n_colors=2 [--openspiel_simulations=N]
+    python -m lc_cfr.evaluate --workdir=RUN --opponents=openspiel_mcts --games=8
 
 With --workdir the run's config is read from RUN/config.json and the networks of
 checkpoint STEP (the latest by default) are loaded (`lc_cfr.train.saved_networks`: no
@@ -16,6 +19,13 @@ the seats swapped, so --games must be even; see `lc_cfr.eval` for the deals, the
 randomness and the metrics. A table goes to stdout; --json writes every metric.
 --exploitability adds the exact exploitability of each view (OpenSpiel, lc_cfr.spiel; runs
 on an enumerable variant such as the :tiny preset only).
+
+OpenSpiel's search bots (`lc_cfr.spiel.bots`, needs the `openspiel` extra) may be named in
+--opponents and --agent: `openspiel_ismcts` (information-set MCTS, a fair opponent) and
+`openspiel_mcts` (plain MCTS on the OpenSpiel state: it sees the opponent's hand, so it is
+a cheating, upper-bound-style baseline), each with --openspiel_simulations simulations a
+decision. A pair with one of them is played one game at a time on the same deals
+(`spiel.bots.play_mirrored`, no --lanes) and reported with the same metrics.
 """
 
 from __future__ import annotations
@@ -25,24 +35,42 @@ import math
 import os
 import pathlib
 import sys
+import time
 from typing import NamedTuple
 
 import jax
+import numpy as np
 from absl import app, flags
 
-from lc_cfr.bots import BOT_NAMES, check_bot_name
+from lc_cfr.bots import BOT_NAMES
 from lc_cfr.eval import games as eval_games
-from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, evaluate, evaluate_bots
+from lc_cfr.eval.api import (
+    POLICY_VIEWS,
+    SD_CFR,
+    evaluate,
+    evaluate_bots,
+    metric_key,
+    snapshot_blocks,
+)
+from lc_cfr.eval.metrics import summarize
 from lc_cfr.game import rng
 from lc_cfr.game.rules import Rules
+from lc_cfr.spiel import bots as spiel_bots
 
 ALL_OPPONENTS = ",".join(BOT_NAMES)
 ALL_VIEWS = ",".join(eval_games.VIEWS)
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory to evaluate (or use --agent).")
 _CHECKPOINT = flags.DEFINE_integer("checkpoint", None, "Iteration to restore (default: latest).")
-_AGENT = flags.DEFINE_string("agent", None, "Bot to evaluate instead of a run (bot vs bot).")
-_OPPONENTS = flags.DEFINE_string("opponents", ALL_OPPONENTS, "Comma-separated bot names.")
+_AGENT = flags.DEFINE_string(
+    "agent", None, "Bot to evaluate instead of a run (bot vs bot; an OpenSpiel bot too)."
+)
+_OPPONENTS = flags.DEFINE_string(
+    "opponents",
+    ALL_OPPONENTS,
+    "Comma-separated bot names: lc_cfr's, or OpenSpiel's openspiel_ismcts and openspiel_mcts "
+    "(openspiel_mcts sees the opponent's hand: a cheating upper-bound baseline).",
+)
 _GAMES = flags.DEFINE_integer("games", 200, "Games per opponent (even: each deal twice).")
 _VIEWS = flags.DEFINE_string("views", ALL_VIEWS, "Policy views of the run (comma-separated).")
 _MODE = flags.DEFINE_string("mode", "greedy", "greedy (argmax) or sampled.")
@@ -52,6 +80,11 @@ _RULES = flags.DEFINE_string("rules", None, "With --agent: rules overrides, e.g.
 _JSON = flags.DEFINE_string("json", None, "Write the metrics to this JSON file.")
 _EXPLOITABILITY = flags.DEFINE_boolean(
     "exploitability", False, "Also the exact exploitability of each view (tiny variants)."
+)
+_SIMULATIONS = flags.DEFINE_integer(
+    "openspiel_simulations",
+    spiel_bots.DEFAULT_SIMULATIONS,
+    "Simulations a decision of the OpenSpiel bots (openspiel_mcts, openspiel_ismcts).",
 )
 
 
@@ -68,6 +101,7 @@ class Request(NamedTuple):
     rules: Rules | None
     json: str | None
     exploitability: bool = False
+    openspiel_simulations: int = spiel_bots.DEFAULT_SIMULATIONS
 
 
 def _names(text: str | None, flag: str) -> tuple[str, ...]:
@@ -113,18 +147,20 @@ def parse_request(
     rules=None,
     json_path=None,
     exploitability=False,
+    openspiel_simulations=spiel_bots.DEFAULT_SIMULATIONS,
 ) -> Request:
     """Checks the flag values; every error is an app.UsageError naming its flag."""
     if (workdir is None) == (agent is None):
         raise app.UsageError("give exactly one of --workdir (a run) and --agent (a bot)")
     try:
         if agent is not None:
-            check_bot_name(agent, "--agent")
+            spiel_bots.check_player_name(agent, "--agent")
         opponent_names = tuple(
-            check_bot_name(n, "--opponents") for n in _names(opponents, "opponents")
+            spiel_bots.check_player_name(n, "--opponents") for n in _names(opponents, "opponents")
         )
         eval_games.check_games(games, lanes, games_field="--games", lanes_field="--lanes")
         rng.as_word(seed, "--seed")
+        simulations = spiel_bots.check_simulations(openspiel_simulations, "--openspiel_simulations")
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     view_names = _names(views, "views")
@@ -154,7 +190,106 @@ def parse_request(
         rules=_parse_rules(rules) if agent is not None else None,
         json=json_path,
         exploitability=bool(exploitability),
+        openspiel_simulations=simulations,
     )
+
+
+def _sequential(*names: str) -> bool:
+    """Whether a pair is played by the sequential OpenSpiel loop (not the lockstep one)."""
+    return any(name in spiel_bots.OPENSPIEL_BOTS for name in names)
+
+
+def _play_sequential(rules, blocks, name: str, opponent: str, request: Request) -> dict:
+    """`eval/<name>/<opponent>/<metric>` of (agent, deals) blocks played against `opponent`
+    by the sequential loop, their records joined (one block, or one per SD-CFR snapshot);
+    the metrics of `lc_cfr.eval`, the timings all run time (nothing is compiled)."""
+    start = time.perf_counter()
+    results = [
+        spiel_bots.play_mirrored(
+            rules,
+            agent,
+            spiel_bots.bot_player(
+                opponent, seed=request.seed, simulations=request.openspiel_simulations
+            ),
+            deals=deals,
+            seed=request.seed,
+        )
+        for agent, deals in blocks
+    ]
+    records = {
+        field: np.concatenate([r.records[field] for r in results], axis=1)
+        for field in eval_games.GameRecords._fields
+    }
+    metrics = summarize(eval_games.GameRecords(**records))
+    seconds = time.perf_counter() - start
+    metrics.update(
+        seconds=seconds,
+        compile_seconds=0.0,
+        run_seconds=seconds,
+        games_per_second=metrics["games"] / max(seconds, 1e-9),
+    )
+    return {metric_key(name, opponent, metric): value for metric, value in metrics.items()}
+
+
+def _bots_metrics(request: Request) -> dict[str, float]:
+    """Bot against bots: lc_cfr pairs in lockstep, pairs with an OpenSpiel bot in sequence."""
+    agent = request.agent
+    lockstep = [o for o in request.opponents if not _sequential(agent, o)]
+    metrics = {}
+    if lockstep:
+        metrics.update(
+            evaluate_bots(
+                request.rules,
+                agent=agent,
+                opponents=lockstep,
+                games=request.games,
+                seed=request.seed,
+                lanes=request.lanes,
+            )
+        )
+    for opponent in request.opponents:
+        if opponent in lockstep:
+            continue
+        player = spiel_bots.bot_player(
+            agent, seed=request.seed, simulations=request.openspiel_simulations
+        )
+        blocks = [(player, request.games // 2)]
+        metrics.update(_play_sequential(request.rules, blocks, agent, opponent, request))
+    return metrics
+
+
+def _views_sequential(networks, views: dict, opponent: str, request, fallback) -> dict:
+    """A run's policy views against an OpenSpiel bot, one game at a time."""
+    metrics = {}
+    for view, params in views.items():
+        if view == SD_CFR:
+            # as lc_cfr.eval: each snapshot's regret-matching policy plays its own block
+            chosen, per_block = snapshot_blocks(params.count, request.games // 2, request.seed)
+            blocks = []
+            for block, k in enumerate(chosen):
+                pair = tuple(jax.tree.map(lambda x, k=k: x[k], p) for p in params.advantage)
+                player = spiel_bots.NetworkPlayer(
+                    networks.spec,
+                    pair,
+                    view="current",
+                    mode=request.mode,
+                    fallback=fallback,
+                    seed=request.seed,
+                    name=SD_CFR,
+                )
+                blocks.append((player, range(block * per_block, (block + 1) * per_block)))
+        else:
+            player = spiel_bots.NetworkPlayer(
+                networks.spec,
+                params,
+                view=view,
+                mode=request.mode,
+                fallback=fallback,
+                seed=request.seed,
+            )
+            blocks = [(player, request.games // 2)]
+        metrics.update(_play_sequential(networks.rules, blocks, view, opponent, request))
+    return metrics
 
 
 def run_request(request: Request) -> dict:
@@ -165,15 +300,10 @@ def run_request(request: Request) -> dict:
         "opponents": list(request.opponents),
         "lanes": request.lanes or eval_games.DEFAULT_LANES,
     }
+    if any(_sequential(name) for name in (request.agent or "", *request.opponents)):
+        document["openspiel_simulations"] = request.openspiel_simulations
     if request.agent is not None:
-        metrics = evaluate_bots(
-            request.rules,
-            agent=request.agent,
-            opponents=request.opponents,
-            games=request.games,
-            seed=request.seed,
-            lanes=request.lanes,
-        )
+        metrics = _bots_metrics(request)
         document.update(agent=request.agent, rules=request.rules.to_dict())
     else:
         from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
@@ -191,17 +321,24 @@ def run_request(request: Request) -> dict:
                 "(sd_cfr.snapshots was 0)"
             )
         fallback = networks.config.regret_matching.all_negative_fallback
-        metrics = evaluate(
-            networks.rules,
-            networks.spec,
-            {view: available[view] for view in request.views},
-            opponents=request.opponents,
-            games=request.games,
-            view_modes=request.mode,
-            seed=request.seed,
-            fallback=fallback,
-            lanes=request.lanes,
-        )
+        views = {view: available[view] for view in request.views}
+        lockstep = [o for o in request.opponents if not _sequential(o)]
+        metrics = {}
+        if lockstep:
+            metrics = evaluate(
+                networks.rules,
+                networks.spec,
+                views,
+                opponents=lockstep,
+                games=request.games,
+                view_modes=request.mode,
+                seed=request.seed,
+                fallback=fallback,
+                lanes=request.lanes,
+            )
+        for opponent in request.opponents:
+            if opponent not in lockstep:
+                metrics.update(_views_sequential(networks, views, opponent, request, fallback))
         document.update(
             workdir=str(request.workdir),
             checkpoint=networks.iteration,
@@ -278,6 +415,7 @@ def _main(argv):
         rules=_RULES.value,
         json_path=_JSON.value,
         exploitability=_EXPLOITABILITY.value,
+        openspiel_simulations=_SIMULATIONS.value,
     )
     cache = os.environ.get("LC_CFR_JAX_CACHE", os.path.expanduser("~/.cache/lc_cfr/jax"))
     jax.config.update("jax_compilation_cache_dir", cache)
@@ -288,7 +426,12 @@ def _main(argv):
         if request.workdir
         else (f"bot {request.agent}")
     )
-    print(f"{where}: {request.games} games per opponent, seed {request.seed}")
+    search = (
+        f", {request.openspiel_simulations} OpenSpiel simulations a decision"
+        if "openspiel_simulations" in document
+        else ""
+    )
+    print(f"{where}: {request.games} games per opponent, seed {request.seed}{search}")
     print(format_table(document["metrics"]))
     for view, figures in document.get("exploitability", {}).items():
         print(f"exploitability of {view}: {figures['exploitability']:.4f} points")

@@ -1,4 +1,5 @@
-"""OpenSpiel integration (optional): exact exploitability on a tiny Lost Cities variant.
+"""OpenSpiel integration (optional): exact exploitability on a tiny Lost Cities variant,
+and OpenSpiel's search bots as opponents.
 
 OpenSpiel (Lanctot et al. 2019, "OpenSpiel: A Framework for Reinforcement Learning in
 Games", arXiv:1908.09453) provides exact best responses and tabular solvers. This package
@@ -9,6 +10,9 @@ makes lc_cfr's game one of its games and uses them as a yardstick (docs/exploita
 * `lc_cfr.spiel.exploitability`: `ExploitabilityEvaluator`, the exact exploitability of
   Deep CFR networks, and `openspiel_policy`, a tabular policy over lc_cfr's action layout
   as an OpenSpiel policy.
+* `lc_cfr.spiel.bots`: OpenSpiel's MCTS and ISMCTS bots, and the sequential mirrored loop
+  that plays them on lc_cfr's deals against lc_cfr's bots or a run's networks
+  (`lc_cfr.evaluate --opponents=openspiel_ismcts`, docs/bots.md).
 * `scripts/openspiel_reference.py`: OpenSpiel's CFR and MCCFR solvers on the same game.
 
 The submodules need `pyspiel` (`pip install .[openspiel]`); this module does not, so that
