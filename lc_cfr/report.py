@@ -27,11 +27,17 @@ from lc_cfr.train import checkpoint
 from lc_cfr.train.trainer import read_run_config
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "the run directory (holds config.json)")
-flags.DEFINE_string("json", None, "also write the report's figures to this JSON file")
-flags.DEFINE_bool("all_fields", False, "list every config field, not only the changed ones")
 DEFAULT_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "configs" / "default.py"
-flags.DEFINE_string("default_config", str(DEFAULT_CONFIG), "the config the run is compared with")
+
+
+def define_flags() -> None:
+    """The command line's flags; defined only when run as a program, so that importing
+    this module beside `lc_cfr.evaluate` (which has a --workdir too) is harmless."""
+    flags.DEFINE_string("workdir", None, "the run directory (holds config.json)")
+    flags.DEFINE_string("json", None, "also write the report's figures to this JSON file")
+    flags.DEFINE_bool("all_fields", False, "list every config field, not only the changed ones")
+    flags.DEFINE_string("default_config", str(DEFAULT_CONFIG), "the config to compare with")
+
 
 # Fields a reader looks for first, in this order.
 HIGHLIGHTS = (
@@ -267,4 +273,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -1,30 +1,18 @@
 """Bad input reaches a user of `lc_cfr.main` as one line naming the field, value or path,
 with a non-zero status and no traceback (--traceback shows it)."""
 
-import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
+from cli_helpers import cli_env, smoke_main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _main(*args, workdir):
-    env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
-    env.pop("LC_CFR_TRACEBACK", None)
-    command = [
-        sys.executable,
-        "-m",
-        "lc_cfr.main",
-        "--config=configs/default.py:smoke",
-        f"--workdir={workdir}",
-        "--config.run.progress_bar=False",
-        "--config.logging.tensorboard=False",
-        "--config.evaluation.eval_every=0",
-        *args,
-    ]
+    command = smoke_main(workdir, "--config.evaluation.eval_every=0", *args)
+    env = cli_env()
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 

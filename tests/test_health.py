@@ -8,7 +8,6 @@ real.
 """
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cli_helpers import cli_env, smoke_main
 
 from lc_cfr.eval import evaluate
 from lc_cfr.nets import mlp
@@ -121,20 +121,14 @@ def test_evaluation_refuses_non_finite_networks():
 
 @pytest.mark.slow
 def test_a_diverging_cli_run_stops_with_one_line(tmp_path):
-    env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
-    env.pop("LC_CFR_TRACEBACK", None)
-    command = [
-        sys.executable,
-        "-m",
-        "lc_cfr.main",
-        "--config=configs/default.py:smoke",
-        f"--workdir={tmp_path}",
+    env = cli_env()
+    command = smoke_main(
+        tmp_path,
         "--config.run.max_iterations=2",
         "--config.evaluation.eval_every=0",
         "--config.optimization.learning_rate=1e30",
         "--config.optimization.grad_clip=0",
-        "--config.logging.tensorboard=False",
-    ]
+    )
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr

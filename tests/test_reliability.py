@@ -15,6 +15,7 @@ import time
 
 import chex
 import pytest
+from cli_helpers import cli_env, smoke_main
 
 from lc_cfr.train import Trainer, checkpoint
 from lc_cfr.train.saved_networks import load_saved_networks
@@ -180,20 +181,13 @@ def _cli(workdir, iterations, *, file_size_kib=None):
     """`lc_cfr.main` on the smoke preset in a subprocess (a Popen, not yet waited for);
     with `file_size_kib`, under a file-size limit: a disk that fills up, writes past the
     limit failing with EFBIG (bash's ulimit, so no Python runs between fork and exec)."""
-    env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
-    env.pop("LC_CFR_TRACEBACK", None)
-    command = [
-        sys.executable,
-        "-m",
-        "lc_cfr.main",
-        "--config=configs/default.py:smoke",
-        f"--workdir={workdir}",
+    env = cli_env()
+    command = smoke_main(
+        workdir,
         f"--config.run.max_iterations={iterations}",
-        "--config.run.progress_bar=False",
-        "--config.logging.tensorboard=False",
         "--config.evaluation.eval_every=0",
         "--config.checkpoint.save_every=0",
-    ]
+    )
     if file_size_kib:
         limited = f"ulimit -f {file_size_kib}; trap '' XFSZ; exec {shlex.join(command)}"
         command = ["bash", "-c", limited]
