@@ -78,7 +78,8 @@ def _assert_same_records(lockstep: eval_games.GameRecords, sequential: bots.Mirr
             getattr(lockstep, field), sequential.records[field], err_msg=field
         )
     full = eval_metrics.summarize(lockstep)
-    for name, value in sequential.summary.items():
+    summary = eval_metrics.summarize(eval_games.GameRecords(**sequential.records))
+    for name, value in summary.items():
         assert value == full[name] or (math.isnan(value) and math.isnan(full[name])), name
 
 

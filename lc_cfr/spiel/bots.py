@@ -23,12 +23,13 @@ can list `OPENSPIEL_BOTS` and refuse them with one line when OpenSpiel is missin
 
 from __future__ import annotations
 
+import abc
 import bisect
 import functools
 import importlib
-import math
 import re
 import time
+import types
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -37,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lc_cfr.bots import BOT_NAMES
+from lc_cfr.game import engine as jax_engine
 from lc_cfr.game import rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
@@ -288,7 +290,7 @@ def openspiel_bot(game, name: str, *, simulations: int, seed):
 # ----- who plays a seat ------------------------------------------------------------
 
 
-class Player:
+class Player(abc.ABC):
     """One side of `play_mirrored`: picks actions at its own decision nodes.
 
     `start(...)` is called before each game it plays, `action(...)` at each of its
@@ -299,10 +301,13 @@ class Player:
     name = "player"
 
     def start(self, rules: Rules, *, deal: int, game_id: int, player: int) -> None:
-        """Prepares a new game, in which this player is `player`."""
+        """Prepares a new game, in which this player is `player` (a hook: most players
+        need no preparation)."""
+        return
 
+    @abc.abstractmethod
     def action(self, state, *, deal: int, game_id: int, decision: int) -> int:
-        raise NotImplementedError
+        """The action of this player at its decision node `state`."""
 
 
 class LcBot(Player):
@@ -437,23 +442,23 @@ class MirroredResult(NamedTuple):
     records: {field of RECORD_FIELDS: [2, D] array}, entry [s, i] the i-th deal with the
         agent seated as s (the layout of `lc_cfr.eval.games.GameRecords`).
     games: every game, in the order played.
-    summary: `summarize(records)`.
     seconds: wall time of the whole loop.
+
+    The metrics are `lc_cfr.eval.metrics.summarize` of `GameRecords(**records)` (this
+    layer may not import it; `lc_cfr.evaluate` does).
     """
 
     records: dict
     games: tuple
-    summary: dict
     seconds: float
 
 
 def _expedition_scores(rules: Rules, engine) -> tuple[np.ndarray, np.ndarray]:
-    """(per-colour scores [2, C], cards per colour [2, C]), as `engine.expedition_scores`."""
-    state = engine.state_dict()
-    cards = state["expedition_wagers"] + state["expedition_numbered"]
-    score = (state["expedition_sum"] + rules.expedition_penalty) * (1 + state["expedition_wagers"])
-    score = score + np.where(cards >= rules.bonus_threshold, rules.bonus_amount, 0)
-    return np.where(cards > 0, score, 0), cards
+    """(per-colour scores [2, C], cards per colour [2, C]) of a Cython engine state, by
+    the JAX engine's formula (`engine.expedition_scores`; `state_dict` has its fields)."""
+    state = types.SimpleNamespace(**engine.state_dict())
+    cards = state.expedition_wagers + state.expedition_numbered
+    return np.asarray(jax_engine.expedition_scores(rules, state)), cards
 
 
 def _play_one(game, rules, agents, deck, *, deal, seat):
@@ -556,31 +561,7 @@ def play_mirrored(
             )
     for name in ("truncated", "illegal"):
         records[name] = records[name].astype(bool)
-    return MirroredResult(records, tuple(games), summarize(records), time.perf_counter() - start)
-
-
-def summarize(records: dict) -> dict[str, float]:
-    """The headline metrics of mirrored records, as `lc_cfr.eval.metrics` defines them.
-
-    `lc_cfr.eval.metrics.summarize` gives every metric of a `GameRecords`; this layer may
-    not import it, so the headline ones are restated here (tests hold the two equal).
-    `margin_stderr` is over deals: the mean margin of a deal's two games is one
-    observation, std(ddof=1) / sqrt(deals); NaN for one deal.
-    """
-    margin = np.asarray(records["margin"], np.int64)
-    games, deals = margin.size, margin.shape[1]
-    per_deal = margin.mean(axis=0)
-    stderr = float(np.std(per_deal, ddof=1) / math.sqrt(deals)) if deals > 1 else math.nan
-    return {
-        "games": float(games),
-        "win_rate": float(np.sum(margin > 0) + 0.5 * np.sum(margin == 0)) / games,
-        "margin_mean": float(margin.mean()),
-        "margin_stderr": stderr,
-        "score_mean": float(np.mean(records["agent_score"])),
-        "opponent_score_mean": float(np.mean(records["opponent_score"])),
-        "length_mean": float(np.mean(records["decisions"])),
-        "truncation_rate": float(np.mean(records["truncated"])),
-    }
+    return MirroredResult(records, tuple(games), time.perf_counter() - start)
 
 
 def bot_player(name: str, *, seed: int, simulations: int = DEFAULT_SIMULATIONS) -> Player:
