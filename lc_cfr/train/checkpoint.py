@@ -39,10 +39,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 from orbax.checkpoint import type_handlers
 
-ITEMS = ("networks", "state", "meta")
 CHECKSUMS = "checksums"  # checkpoints/checksums/step_N.json: the state item's CRCs
 FORMAT = "lc_cfr/orbax-1"
-_STEP = re.compile(r"^step_(\d{8})$")
 _LEGACY = re.compile(r"^ckpt_(\d{8})$")
 
 
@@ -145,15 +143,12 @@ def _item_handlers() -> dict:
     return {"networks": arrays(), "state": arrays(), "meta": ocp.JsonCheckpointHandler()}
 
 
-def _steps_named(directory: pathlib.Path, pattern: re.Pattern) -> dict[int, pathlib.Path]:
+def _legacy_steps(directory: pathlib.Path) -> set[int]:
+    """The steps of the format before orbax (`ckpt_<8 digits>/`) in `directory`."""
     if not directory.is_dir():
-        return {}
-    found = {}
-    for path in directory.iterdir():
-        match = pattern.match(path.name)
-        if match and path.is_dir():
-            found[int(match.group(1))] = path
-    return found
+        return set()
+    matches = (_LEGACY.match(path.name) for path in directory.iterdir() if path.is_dir())
+    return {int(match.group(1)) for match in matches if match}
 
 
 class CheckpointStore:
@@ -292,7 +287,7 @@ class CheckpointStore:
 
     def steps(self) -> list[int]:
         """Complete steps, oldest first: orbax's finalised ones and the older format's."""
-        found = set(_steps_named(self.directory, _LEGACY))
+        found = _legacy_steps(self.directory)
         if self._manager is not None:
             self._manager.reload()
             found |= set(self._manager.all_steps())

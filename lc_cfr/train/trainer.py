@@ -38,11 +38,11 @@ from lc_cfr.traversal import api
 from lc_cfr.traversal.registry import make_backend
 from lc_cfr.traversal.torch import WorkerSettings
 
-# Config blocks a resumed run may change; every other field must match the checkpoint.
-# How a backend runs (lanes, worker counts, widths) never changes a traversal's samples.
 # Trees saved in the checkpoint item `networks` (all that evaluation and play read).
 NETWORK_ITEMS = ("advantage_params", "strategy_params", "sd_advantage")
 
+# Config blocks a resumed run may change; every other field must match the checkpoint.
+# How a backend runs (lanes, worker counts, widths) never changes a traversal's samples.
 RESUMABLE_CHANGES = (
     "run.",
     "checkpoint.",
