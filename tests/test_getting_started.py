@@ -1,13 +1,13 @@
 """docs/getting_started.md works as written: its bash commands run in order, on the smoke
 preset, in a temporary directory."""
 
-import os
 import pathlib
 import re
 import shlex
 import subprocess
 
 import pytest
+from cli_helpers import cli_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "getting_started.md"
@@ -29,7 +29,7 @@ def test_the_page_covers_the_whole_path():
 @pytest.mark.slow
 def test_every_command_of_the_page_runs(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot step needs the plots extra")
-    env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
+    env = cli_env()
     for command in page_commands():
         command = command.replace("configs/default.py", "configs/default.py:smoke")
         command = command.replace("runs/", f"{shlex.quote(str(tmp_path))}/")
