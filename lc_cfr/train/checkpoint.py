@@ -197,13 +197,14 @@ class CheckpointStore:
             self._manager = ocp.CheckpointManager(
                 self.directory, options=options, item_handlers=_item_handlers()
             )
-        # (step, checksum thread, its errors) of the save `wait` has not joined yet
-        self._pending: tuple[int, threading.Thread, list] | None = None
+        # (step, checksum thread, its errors, on_saved) of the save `wait` has not joined
+        self._pending: tuple | None = None
 
     # ----- writing ---------------------------------------------------------------
 
-    def save(self, step: int, networks: dict, state: dict, meta: dict) -> None:
-        """Starts saving step `step`; the arrays must not change until `wait` returns.
+    def save(self, step: int, networks: dict, state: dict, meta: dict, on_saved=None) -> None:
+        """Starts saving step `step`; the arrays must not change until `wait` returns,
+        which calls `on_saved()` once the step is on disk (never if the save fails).
 
         Raises:
             CheckpointWriteError: naming the step, when this save (synchronous) or the
@@ -225,7 +226,7 @@ class CheckpointStore:
 
         thread = threading.Thread(target=write_checksums, name="checkpoint-crc")
         thread.start()
-        self._pending = (step, thread, errors)
+        self._pending = (step, thread, errors, on_saved)
         if step in self._manager.all_steps():  # a rerun of the same iteration replaces it
             self._manager.delete(step)
         try:
@@ -247,7 +248,7 @@ class CheckpointStore:
         """Returns once the last save is on disk with its state checksums."""
         if self._pending is None:
             return
-        step, thread, errors = self._pending
+        step, thread, errors, on_saved = self._pending
         self._pending = None
         thread.join()
         try:
@@ -260,6 +261,8 @@ class CheckpointStore:
         for path in (self.directory / CHECKSUMS).glob("step_*.json"):
             if path not in kept:  # its step was pruned
                 path.unlink(missing_ok=True)
+        if on_saved is not None:
+            on_saved()
 
     def _write_error(self, step: int, error: Exception) -> CheckpointWriteError:
         before = [s for s in self.steps() if s < step]

@@ -11,7 +11,9 @@ This module is the only reader of the config: it turns it into explicit argument
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
 import json
 import pathlib
 import time
@@ -902,7 +904,7 @@ class Trainer:
         zeros = np.zeros((info.shape[0], n), info.dtype)
         return {**rows, "info": np.concatenate([info[:, : 7 * n], zeros, info[:, 7 * n :]], 1)}
 
-    def save(self, state: TrainState, row: dict | None) -> None:
+    def save(self, state: TrainState, row: dict | None, on_saved=None) -> None:
         networks = (state.advantage_params, state.strategy_params, state.value_params)
         if not health.all_finite(networks):  # the checks above make this unreachable
             raise health.NonFiniteError(
@@ -911,7 +913,7 @@ class Trainer:
         meta = {"league_added": state.league_added, "metrics": row, "seed": self.config.seed}
         if state.sd_advantage is not None:
             meta.update(sd_count=state.sd_count, sd_weight=state.sd_weight)
-        self._open_checkpoints().save(state.iteration, *self._arrays(state), meta)
+        self._open_checkpoints().save(state.iteration, *self._arrays(state), meta, on_saved)
 
     def _open_checkpoints(self) -> checkpoint.CheckpointStore:
         """The run's checkpoint store, opened for writing on first use."""
@@ -1026,10 +1028,13 @@ class Trainer:
                 row["checkpoint_seconds"] = 0.0
                 row["iteration_seconds"] = time.perf_counter() - iteration_start
                 if save_now or final:
-                    self.save(state, row)
+                    # the row is written once the step is on disk, so that metrics.jsonl
+                    # never holds an iteration that a kill could leave without checkpoint
+                    self.save(state, row, on_saved=functools.partial(metrics.write, row))
                     row["checkpoint_seconds"] = time.perf_counter() - start
                     row["iteration_seconds"] = time.perf_counter() - iteration_start
-                metrics.write(row)
+                else:
+                    metrics.write(row)
                 progress.update(row)
                 if run.max_minutes > 0 and time.perf_counter() - started > 60 * run.max_minutes:
                     break
@@ -1039,6 +1044,11 @@ class Trainer:
             if latest is None or latest < state.iteration:
                 self.save(state, None)  # stopped by max_minutes: never lose the progress
         finally:
+            if self._checkpoints is not None:
+                # the last saved iteration's row, once its save lands; reached with a
+                # save still pending only while another error propagates, which wins
+                with contextlib.suppress(checkpoint.CheckpointWriteError):
+                    self._checkpoints.wait()
             progress.close()
             metrics.close()
             self.backend.close()  # worker processes and the inference server stop here
