@@ -6,26 +6,39 @@ takes the shared generator's random legal action; both engines play the very sam
 and the JAX-to-Cython ratio.
 
     .venv/bin/python scripts/bench_engine.py [--batches 1,64,1024,8192] [--json out.json]
+        [--clock cpu] [--profile]
+
+`--clock cpu` times with the process's CPU time instead of the wall clock: on a shared
+machine the wall clock also counts the time other processes hold the cores, which hurts
+the multi-threaded XLA loops far more than the single-threaded C loop. `--profile` adds,
+the JAX engine's parts timed alone (mask, encoding, action, step; at --profile-batch,
+1024 by default) and, at the best JAX batch, the XLA operations of traced random-play
+loops, in ns per decision.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
+import glob
 import json
 import os
 import platform
+import re
 import statistics
+import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 
-from lc_cfr.game import cy_engine
+from lc_cfr.game import cy_engine, engine
 from lc_cfr.game.random_play import play_random_games
 from lc_cfr.game.rules import Rules
 
 SEED = 1
+CLOCK = time.perf_counter  # --clock cpu: time.process_time
 
 
 def bench_jax(
@@ -40,12 +53,12 @@ def bench_jax(
     rates, decisions, truncated = [], 0, 0
     for _ in range(repeats):
         decisions = truncated = 0
-        start = time.perf_counter()
+        start = CLOCK()
         for call in range(calls):
             stats = play(rules, SEED, 0, first + call * batch)
             decisions += int(stats.decisions)
             truncated += int(stats.truncated)
-        rates.append(decisions / (time.perf_counter() - start))
+        rates.append(decisions / (CLOCK() - start))
     return {
         "engine": f"jax_vmap_b{batch}" + ("" if with_encoding else "_noenc"),
         "batch": batch,
@@ -60,9 +73,9 @@ def bench_jax(
 def bench_cython(rules: Rules, games: int, repeats: int, with_encoding: bool = True) -> dict:
     rates = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = CLOCK()
         stats = cy_engine.play_random_games(rules, SEED, 0, 0, games, with_encoding=with_encoding)
-        rates.append(stats["decisions"] / (time.perf_counter() - start))
+        rates.append(stats["decisions"] / (CLOCK() - start))
     return {
         "engine": "cython_1proc" + ("" if with_encoding else "_noenc"),
         "batch": 1,
@@ -101,6 +114,96 @@ def bench_forward(rules: Rules, batch: int, repeats: int, hidden: int = 512, lay
     }
 
 
+def _mid_game_states(rules: Rules, batch: int, decisions: int = 41):
+    """A batch of random-play states after `decisions` decisions (mid-game, any phase)."""
+    games = jnp.arange(batch, dtype=jnp.int32)
+    states = jax.vmap(engine.init, in_axes=(None, None, 0, None))(rules, SEED, games, 0)
+    act = jax.vmap(engine.random_legal_action, in_axes=(None, 0, None, None, 0, None))
+    advance = jax.jit(
+        lambda s, d: jax.vmap(engine.step, in_axes=(None, 0, 0))(
+            rules, s, act(rules, s, SEED, 0, games, d)
+        )
+    )
+    for decision in range(decisions):
+        states = advance(states, jnp.int32(decision))
+    return states, games
+
+
+def profile_jax_parts(rules: Rules, batch: int, repeats: int) -> dict:
+    """ns per state of each part of a JAX decision, each jitted and timed alone.
+
+    The parts overlap (the action computes its own mask) and each call carries a fixed
+    dispatch cost (`dispatch`, an empty call), so they do not add up to a decision of the
+    random-play loop; they say which part dominates.
+    """
+    states, games = _mid_game_states(rules, batch)
+    act = jax.vmap(engine.random_legal_action, in_axes=(None, 0, None, None, 0, None))
+    actions = jax.jit(lambda s: act(rules, s, SEED, 0, games, 41))(states)
+    parts = {
+        "mask": (lambda s: jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, s),),
+        "encoding": (
+            lambda s: jax.vmap(engine.observe, in_axes=(None, 0, 0))(rules, s, s.current_player),
+        ),
+        "action": (lambda s: act(rules, s, SEED, 0, games, 41),),
+        "step": (lambda s, a: jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, s, a), actions),
+        "dispatch": (lambda s: s.turn + 1,),
+    }
+    result = {}
+    for name, (fn, *extra) in parts.items():
+        fn = jax.jit(fn)
+        jax.block_until_ready(fn(states, *extra))
+        times = []
+        for _ in range(20 * repeats):
+            start = CLOCK()
+            jax.block_until_ready(fn(states, *extra))
+            times.append(CLOCK() - start)
+        result[name] = 1e9 * statistics.median(times) / batch
+    return result
+
+
+def profile_xla_ops(rules: Rules, batch: int, top: int = 15, calls: int = 3) -> list[dict]:
+    """The XLA operations of the random-play loop at `batch`, by ns per decision.
+
+    Traces `calls` runs of the loop with jax.profiler and takes, per operation, the median
+    event time times its number of events (the median discards the events that another
+    process preempted on a shared machine), over the decisions played.
+    """
+    games = jnp.arange(batch, dtype=jnp.int32)
+    play = jax.jit(lambda g: play_random_games(rules, SEED, 0, g))
+    hlo = play.lower(games).compile().as_text()
+    jax.block_until_ready(play(games))
+    events, decisions = collections.defaultdict(list), 0
+    with tempfile.TemporaryDirectory() as trace_dir:
+        jax.profiler.start_trace(trace_dir)
+        for _ in range(calls):
+            decisions += int(play(games).decisions)
+        jax.profiler.stop_trace()
+        (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
+        data = jax.profiler.ProfileData.from_file(path)
+    for plane in data.planes:
+        for line in plane.lines:
+            if "XLAEigen" not in line.name:  # the threads that run the compiled ops
+                continue
+            for event in line.events:
+                if not event.name.startswith(("ThunkExecutor", "end: ")):
+                    events[event.name].append(event.duration_ns)
+    ops = []
+    for name, times in events.items():
+        line = re.search(r"%" + re.escape(name) + r" = (\S+) .*", hlo)
+        source = re.search(r'op_name="([^"]*)"', line.group(0)) if line else None
+        ops.append(
+            {
+                "op": name,
+                "shape": line.group(1) if line else "",
+                "source": source.group(1) if source else "",
+                "ns_per_decision": statistics.median(times) * len(times) / decisions,
+            }
+        )
+    ops.sort(key=lambda op: -op["ns_per_decision"])
+    total = sum(op["ns_per_decision"] for op in ops)
+    return [{"op": "all", "ns_per_decision": total, "count": len(ops)}] + ops[:top]
+
+
 def check_same_games(rules: Rules) -> None:
     """Both engines must have played the same games: compare totals on 64 of them."""
     jax_stats = play_random_games(rules, SEED, 0, jnp.arange(64, dtype=jnp.int32))
@@ -116,7 +219,14 @@ def main() -> None:
     parser.add_argument("--cython-games", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="write the figures to this path")
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall", help="wall clock or process CPU time"
+    )
+    parser.add_argument("--profile", action="store_true", help="per-part and per-op breakdown")
+    parser.add_argument("--profile-batch", type=int, default=1024, help="batch of the parts")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
 
     rules = Rules()
     check_same_games(rules)
@@ -143,23 +253,52 @@ def main() -> None:
     for r in results:
         r["ns_per_decision"] = 1e9 / r["decisions_per_second"]
     by_name = {r["engine"]: r["ns_per_decision"] for r in results}
-    for engine, noenc in [("cython_1proc", "cython_1proc_noenc"), (best["engine"], None)]:
-        noenc = noenc or f"{engine}_noenc"
-        share = 1 - by_name[noenc] / by_name[engine]
-        print(f"{engine}: {by_name[engine]:.0f} ns/decision, encoding share {share:.0%}")
+    for name, noenc in [("cython_1proc", "cython_1proc_noenc"), (best["engine"], None)]:
+        noenc = noenc or f"{name}_noenc"
+        share = 1 - by_name[noenc] / by_name[name]
+        print(f"{name}: {by_name[name]:.0f} ns/decision, encoding share {share:.0%}")
     forward = bench_forward(rules, best["batch"], args.repeats)
     print(
         f"context: {forward['engine']} forward {forward['ns_per_state']:.0f} ns/state; "
         f"JAX engine decision = {by_name[best['engine']] / forward['ns_per_state']:.2f} forwards"
     )
+    profile = None
+    if args.profile:
+        parts = profile_jax_parts(rules, args.profile_batch, args.repeats)
+        cy_enc = by_name["cython_1proc"] - by_name["cython_1proc_noenc"]
+        print(
+            f"parts, ns per decision; JAX parts jitted alone at batch {args.profile_batch} "
+            "(Cython's run inside one C loop: only the encoding can be split off):"
+        )
+        print(f"{'part':<12}{'jax':>10}{'cython':>10}")
+        print(f"{'decision':<12}{by_name[best['engine']]:>10.0f}{by_name['cython_1proc']:>10.0f}")
+        print(
+            f"{'no encoding':<12}{by_name[best['engine'] + '_noenc']:>10.0f}"
+            f"{by_name['cython_1proc_noenc']:>10.0f}"
+        )
+        for name, ns in parts.items():
+            cython = f"{cy_enc:.0f}" if name == "encoding" else ""
+            print(f"{name:<12}{ns:>10.0f}{cython:>10}")
+        ops = profile_xla_ops(rules, best["batch"])
+        print(
+            f"XLA ops of the loop at batch {best['batch']}, ns per decision "
+            f"(sum of all {ops[0]['count']} ops: {ops[0]['ns_per_decision']:.0f}):"
+        )
+        for op in ops[1:]:
+            print(
+                f"{op['ns_per_decision']:8.1f}  {op['op']:<34}{op['shape']:<26}{op['source'][-48:]}"
+            )
+        profile = {"jax_parts_ns_per_state": parts, "cython_encoding_ns": cy_enc, "xla_ops": ops}
     if args.json:
         summary = {
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
             "jax": jax.__version__,
             "backend": jax.default_backend(),
+            "clock": args.clock,
             "results": results,
             "best_jax_to_cython": best["ratio_to_cython"],
             "forward": forward,
+            "profile": profile,
         }
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -189,3 +189,18 @@ def test_jax_illegal_action_is_data_and_terminal_is_absorbing():
         np.testing.assert_array_equal(getattr(again, field.name), getattr(illegal, field.name))
     out_of_range = _step(RULES, state, 99)
     assert int(out_of_range.illegal_player) == 0
+
+
+def test_nth_legal_is_the_chosen_legal_action_in_ascending_order():
+    """nth_legal counts prefix sums by a matrix product (no cumsum): same choice as the
+    definition, on arbitrary masks of any length, all-false (gives 0) and all-true ones."""
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 5, 22, 40):
+        masks = rng.random((64, size)) < rng.random((64, 1))
+        masks[0], masks[1] = False, True
+        bits = rng.integers(0, 2**32, size=64, dtype=np.uint32)
+        got = jax.jit(jax.vmap(engine.nth_legal))(masks, bits)
+        for mask, word, action in zip(masks, bits, np.asarray(got), strict=True):
+            chosen = ((int(word) >> 8) * max(int(mask.sum()), 1)) >> 24
+            expected = int(np.argmax(np.cumsum(mask) > chosen))
+            assert action == expected, (mask, word)

@@ -302,6 +302,26 @@ def _mine_theirs(x: jax.Array, player) -> tuple[jax.Array, jax.Array]:
     return jnp.where(first, x[0], x[1]), jnp.where(first, x[1], x[0])
 
 
+def _card_words(cards: jax.Array, n: int) -> jax.Array:
+    """The set of card ids in `cards` (any shape; ids >= N ignored) as [ceil(N / 32)] uint32.
+
+    Card x is bit x % 32 of word x // 32. An OR-reduction over the slots into a few words,
+    then a shift per card, is cheaper under XLA:CPU than the [slots, N] comparison and
+    reduction a one-hot needs (the discard piles' one-hot was the costliest card block).
+    """
+    flat = cards.reshape(-1).astype(jnp.int32)
+    bit = jnp.left_shift(jnp.uint32(1), (flat % 32).astype(jnp.uint32))
+    hit = ((flat // 32)[None, :] == jnp.arange(-(-n // 32))[:, None]) & (flat < n)[None, :]
+    words = jnp.where(hit, bit[None, :], jnp.uint32(0))  # [W, slots]: reduce the minor axis
+    return jax.lax.reduce(words, jnp.uint32(0), jax.lax.bitwise_or, (1,))
+
+
+def _word_bits(words: jax.Array, n: int) -> jax.Array:
+    """[N] bool: the card bits of `_card_words`."""
+    bits = (words[:, None] >> jnp.arange(32, dtype=jnp.uint32)[None, :]) & 1
+    return bits.reshape(-1)[:n].astype(jnp.bool_)
+
+
 def observe(rules: Rules, state: State, player) -> jax.Array:
     """The information-state encoding of `player`, [8N + 7C + 5] float32 (docs/game.md)."""
     n, c, k = rules.n_cards, rules.n_colors, rules.cards_per_color
@@ -309,25 +329,26 @@ def observe(rules: Rules, state: State, player) -> jax.Array:
     my_hand, _ = _mine_theirs(state.hands, player)
     my_cards, their_cards = _mine_theirs(state.expedition_cards, player)
     my_known, their_known = _mine_theirs(state.known_cards, player)
-    hand = jnp.any(my_hand[:, None] == jnp.arange(n, dtype=jnp.int8)[None, :], axis=0)
+    hand = _word_bits(_card_words(my_hand, n), n)
+    in_pile = _word_bits(_card_words(state.discards, n), n)
     pile_cards = (jnp.arange(c) * k)[:, None] + jnp.arange(k)[None, :]  # [C, K]
-    in_pile = jnp.any(state.discards[:, :, None] == pile_cards[:, None, :], axis=1)  # [C, K]
     top_slot = jnp.maximum(state.pile_sizes - 1, 0)[:, None]
     top_card = jnp.take_along_axis(state.discards, top_slot, axis=1)  # [C, 1]
     tops = (state.pile_sizes > 0)[:, None] & (pile_cards == top_card)
     playable = hand & _playable_cards(rules, state, player)
-    card_block = jnp.stack(
-        [
-            hand,
-            my_cards,
-            their_cards,
-            in_pile.reshape(n),
-            tops.reshape(n),
-            their_known,
-            playable,
-            my_known,
-        ]
-    ).reshape(8 * n)
+    # Eight [N] pieces joined by one concatenate, not stacked to [8, N]: under vmap XLA
+    # builds that stack batch-minor and transposes it, a scalar loop over every float of
+    # the block that was about 3/4 of the encoding's time.
+    card_blocks = [
+        hand,
+        my_cards,
+        their_cards,
+        in_pile,
+        tops.reshape(n),
+        their_known,
+        playable,
+        my_known,
+    ]
 
     f32 = jnp.float32
     my_wagers, their_wagers = _mine_theirs(state.expedition_wagers, player)
@@ -349,7 +370,7 @@ def observe(rules: Rules, state: State, player) -> jax.Array:
         ((my_total - their_total) * f32(DIFF_SCALE))[None],
         (state.turn * f32(rules.turn_scale))[None],
     ]
-    return jnp.concatenate([card_block.astype(f32)] + [x.astype(f32) for x in scalars])
+    return jnp.concatenate([x.astype(f32) for x in card_blocks + scalars])
 
 
 def history_size(rules: Rules) -> int:
@@ -373,9 +394,24 @@ def observe_history(rules: Rules, state: State, player) -> jax.Array:
 
 def nth_legal(mask: jax.Array, bits: jax.Array) -> jax.Array:
     """The below(bits, k)-th legal action of a mask with k legal actions (ascending)."""
-    count = jnp.maximum(jnp.sum(mask, dtype=jnp.int32), 1)
-    chosen = rng.below(bits, count)
-    return jnp.argmax(jnp.cumsum(mask) > chosen).astype(jnp.int32)
+    count = jnp.sum(mask, dtype=jnp.int32)
+    chosen = rng.below(bits, jnp.maximum(count, 1))
+    return jnp.where(count > 0, _nth_true(mask, chosen), 0).astype(jnp.int32)
+
+
+def _nth_true(flags: jax.Array, m) -> jax.Array:
+    """Index of the (m + 1)-th true entry of a 1-D bool array; its length if there is none.
+
+    It is the number of positions whose inclusive prefix count is at most m. The prefix
+    counts come from a product with a lower-triangular matrix (exact in float32 far beyond
+    any action count): `jnp.cumsum` lowers to a reduce-window, which XLA:CPU runs as a
+    slow scalar loop (it was the largest single cost of a random-play decision without
+    the encoding).
+    """
+    size = flags.shape[0]
+    lower = jnp.asarray(np.tril(np.ones((size, size), np.float32)))
+    prefix = jnp.matmul(lower, flags.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
+    return jnp.sum(prefix <= jnp.asarray(m, jnp.float32), dtype=jnp.int32)
 
 
 def random_legal_action(rules: Rules, state: State, seed, iteration, game_index, decision):
