@@ -46,7 +46,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.run.progress_bar = True  # tqdm bar with ETA and headline metrics
     # Torch networks (backends recursive | interleaved | server, optimization.learner=torch)
     config.run.device = "cpu"  # cpu | cuda[:N] (cuda needs backend=server or num_workers=0)
-    config.run.use_amp = False  # bfloat16 autocast of torch forwards (docs/performance.md)
+    # Deprecated alias of network.compute_dtype='bfloat16' on the torch path only (older
+    # configs and runs keep their meaning): True runs the torch forwards and training under
+    # bfloat16 autocast even when network.compute_dtype is float32; the JAX paths ignore
+    # it. It only adds bfloat16, never removes it, so the two never conflict.
+    config.run.use_amp = False  # docs/performance.md
     config.run.torch_compile = False  # torch.compile the torch networks (docs/performance.md)
 
     config.traversal = ml_collections.ConfigDict()
@@ -116,6 +120,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # Read the encoding's own_known block (own cards the opponent saw us take from a pile);
     # False drops it before the first layer (networks trained before it existed).
     config.network.own_known_input = True
+    # Matmul dtype of every forward and of training, both paths: float32 | bfloat16 (mixed
+    # precision: float32 parameters and losses, bfloat16 layers; docs/performance.md).
+    config.network.compute_dtype = "float32"
 
     config.optimization = ml_collections.ConfigDict()
     config.optimization.learning_rate = 1e-3  # AdamW, all three networks
@@ -149,6 +156,12 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.memory.advantage_capacity = 2_000_000  # per player
     config.memory.strategy_capacity = 2_000_000  # shared by both players
     config.memory.value_capacity = 200_000  # value samples: the most recent ones (a window)
+    # How rows store encodings: packed (card bits and int16 codes, 127 bytes a row by
+    # default) | float16 (1040 bytes); both decode to the same values (lc_cfr.memory.codec).
+    config.memory.info_storage = "packed"
+    # Rows allocated at the start, doubled as a memory fills, up to its capacity (a few
+    # recompiles of the training step over a run); 0 = allocate the capacity up front.
+    config.memory.initial_rows = 65_536
 
     # Mirrored evaluation against bots (lc_cfr.eval): every deal is played twice, seats
     # swapped, so `games` must be even. Names are comma-separated.
@@ -180,6 +193,17 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
 
     config.logging = ml_collections.ConfigDict()
     config.logging.tensorboard = True  # events under WORKDIR/tensorboard
+
+    # Several processes, one per host, training one run (jax.distributed, docs/scaling.md):
+    # traversals and evaluation games are sharded over every process's devices, every
+    # process trains the same networks, and only process 0 writes the run directory.
+    config.distributed = ml_collections.ConfigDict()
+    # host:port of process 0's coordinator; "" = one process (off); auto = let JAX read
+    # the cluster (SLURM, Open MPI, ...), which then sets the two fields below
+    config.distributed.coordinator_address = ""
+    config.distributed.num_processes = 1  # processes in the run (with a host:port address)
+    config.distributed.process_id = 0  # this process: 0 .. num_processes - 1 (host:port)
+    config.distributed.initialization_timeout = 300  # seconds to wait for every process
 
     presets = {"smoke": _smoke, "small": _small, "tiny": _tiny, "classic": _classic}
     for name in filter(None, (part.strip() for part in preset.split(","))):

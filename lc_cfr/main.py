@@ -5,6 +5,11 @@ Config fields are overridden with --config.a.b=value (ml_collections). Pointing
 fix (a config field, a run that diverged, a path) end the run with one line naming the
 field, value or path and a non-zero status; --traceback (or LC_CFR_TRACEBACK=1) shows
 the traceback instead.
+
+Several processes train one run when `distributed.coordinator_address` is set: start one
+per host with the same flags and its own --config.distributed.process_id (or
+coordinator_address=auto under SLURM / Open MPI); process 0 writes --workdir
+(docs/scaling.md).
 """
 
 import os
@@ -14,7 +19,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lc_cfr.train import Trainer
+from lc_cfr.train import Trainer, distributed
 from lc_cfr.train.health import NonFiniteError
 from lc_cfr.train.trainer import default_workdir
 
@@ -33,8 +38,11 @@ def main(argv):
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     workdir = _WORKDIR.value or str(default_workdir())
-    logging.info("training in %s", workdir)
     try:
+        # before anything touches a device: the processes agree on one device list
+        distributed.initialize(_CONFIG.value)
+        if distributed.is_writer():
+            logging.info("training in %s", workdir)
         state = Trainer(_CONFIG.value, workdir).run()
     except (ValueError, NonFiniteError, OSError) as error:
         if _TRACEBACK.value or os.environ.get("LC_CFR_TRACEBACK") == "1":
@@ -42,7 +50,8 @@ def main(argv):
         # a bad config field, a diverged run, an unusable path: say which, in one line
         print(f"lc_cfr.main: error: {error}", file=sys.stderr)
         return 1
-    print(f"finished iteration {state.iteration}; run directory: {workdir}")
+    if distributed.is_writer():
+        print(f"finished iteration {state.iteration}; run directory: {workdir}")
     return 0
 
 

@@ -1,21 +1,32 @@
 """Training speed of the optax and torch learners side by side (optimization.learner).
 
 Builds the advantage learner of the config exactly as the trainer does
-(`lc_cfr.train.trainer.learner_from_config`) for each variant, `optax`, `torch`, `torch+amp`
-(run.use_amp: bfloat16 autocast) and `torch+compile` (run.torch_compile), fills one
-reservoir memory with `--rows` random rows, and times `train` calls of `--updates`
-updates of the config's batch size from the same start. One untimed call first
-(XLA compilation, torch.compile). Prints updates per second, seconds per call, the ratio
-to optax, and the last loss (the float32 variants agree to rounding; amp does not).
+(`lc_cfr.train.trainer.learner_from_config`) for each variant, `optax`, `optax+bf16`
+(network.compute_dtype='bfloat16'), `torch`, `torch+bf16`, `torch+amp` (run.use_amp:
+bfloat16 autocast) and `torch+compile` (run.torch_compile), and `bare` (`BareStep`: the
+optax step on one fixed batch, no memory: the limit the learner is held to). It fills
+one reservoir memory of `--capacity` rows, stored as the trainer stores them
+(memory.info_storage, `--storage`), with `--rows` random rows, and times `train` calls
+of `--updates` updates of the config's batch size from the same start. One untimed call
+first (XLA compilation, torch.compile). The timed calls go round-robin over the variants
+(`--repeats` rounds). Prints updates per second (median call), the ratio to optax (median
+over rounds of the ratio within a round, so load changes on a shared machine cancel),
+the last batch loss of the first timed call (the same batches for every variant: the
+float32 variants agree to rounding, the bfloat16 ones do not), and the float32 loss of
+that call's trained parameters on a fixed batch of `--eval-rows` rows drawn from the
+memory (what the training achieved, free of the variant's own rounding). The torch
+learner implements the slot head only: on a card-head config (the default) its variants
+are skipped with a note.
 
     .venv/bin/python scripts/bench_learner.py [--config configs/default.py] \\
-        [--variants optax,torch,torch+amp,torch+compile] [--updates 64] [--repeats 3] \\
-        [--rows 200000] [--json out.json]
+        [--variants optax,optax+bf16,torch,torch+amp,torch+compile] [--updates 64] \\
+        [--repeats 3] [--rows 200000] [--capacity 0] [--storage packed] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -27,43 +38,89 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import torch
 
+from lc_cfr.learn.learner import Learner, make_optimizer
+from lc_cfr.memory import codec as memory_codec
 from lc_cfr.memory import reservoir
 from lc_cfr.train.trainer import learner_from_config, rules_from_config, spec_from_config
+
+EXTRAS = ("amp", "bf16", "compile")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_traversal import DEFAULT_CONFIG, load_config  # noqa: E402
 
 
-def random_memory(rows: int, capacity: int, encoding: int, actions: int, seed: int):
-    """A reservoir holding `rows` random samples (dyadic info, random masks and targets)."""
+def random_memory(rows: int, capacity: int, codec, actions: int, seed: int):
+    """A reservoir of `capacity` rows holding `rows` random samples stored by `codec`
+    (card bits and small integers in the encoding, random masks and targets)."""
     rng = np.random.default_rng(seed)
-    memory = reservoir.reservoir_init(
-        capacity=capacity, encoding_size=encoding, num_actions=actions
+    chunks = []
+    for start in range(0, rows, 65_536):
+        info = (rng.random((min(65_536, rows - start), codec.size)) < 0.1).astype(np.float32)
+        info[:, -1] = rng.integers(0, 64, info.shape[0]) / 64  # an integer column (turn)
+        chunks.append(codec.encode_numpy(info))
+    stored = np.zeros((capacity, codec.width), codec.dtype)
+    stored[:rows] = np.concatenate(chunks)
+    mask = np.zeros((capacity, actions), bool)
+    mask[:rows] = rng.random((rows, actions)) < 0.4
+    mask[:rows, -1] = True
+    target = np.where(mask, rng.normal(size=mask.shape), 0).astype(np.float32)
+    iteration = np.zeros(capacity, np.int32)
+    iteration[:rows] = rng.integers(1, 50, rows)
+    return reservoir.Reservoir(
+        info=jnp.asarray(stored),
+        mask=jnp.asarray(mask),
+        target=jnp.asarray(target),
+        iteration=jnp.asarray(iteration),
+        size=jnp.int32(rows),
+        seen=jnp.int32(rows),
+        capacity=jnp.int32(capacity),
     )
-    info = rng.integers(0, 4, (rows, encoding)).astype(np.float16) / 4
-    mask = rng.random((rows, actions)) < 0.4
-    mask[:, -1] = True
-    target = np.where(mask, rng.normal(size=(rows, actions)), 0).astype(np.float32)
-    iteration = rng.integers(1, 50, rows).astype(np.int32)
-    return memory._replace(
-        info=memory.info.at[:rows].set(jnp.asarray(info)),
-        mask=memory.mask.at[:rows].set(jnp.asarray(mask)),
-        target=memory.target.at[:rows].set(jnp.asarray(target)),
-        iteration=memory.iteration.at[:rows].set(jnp.asarray(iteration)),
-        size=jnp.asarray(rows, memory.size.dtype),
-        seen=jnp.asarray(rows, memory.seen.dtype),
-    )
+
+
+class BareStep:
+    """The limit a learner is held to: the same loss and optimizer as `learner`, jitted
+    as a scan of `num_updates` steps on one fixed float32 batch already on the device (no
+    row draws, no gathers from the memory, no decoding)."""
+
+    def __init__(self, learner: Learner, batch):
+        self.batch = batch
+
+        def run(params, opt_state):
+            def step(carry, _):
+                params, opt_state = carry
+                loss, grads = jax.value_and_grad(learner.loss)(params, batch)
+                updates, opt_state = learner.optimizer.update(grads, opt_state, params)
+                return (optax.apply_updates(params, updates), opt_state), loss
+
+            (params, opt_state), losses = jax.lax.scan(
+                step, (params, opt_state), None, length=learner.num_updates
+            )
+            return params, opt_state, {"loss_last": losses[-1]}
+
+        self.init = learner.init
+        self._run = jax.jit(run)
+
+    def train(self, params, opt_state, memory, key):  # the learner's signature; both unused
+        return self._run(params, opt_state)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="path[:preset]")
-    parser.add_argument("--variants", default="optax,torch,torch+amp,torch+compile")
+    parser.add_argument("--variants", default="optax,optax+bf16,torch,torch+amp,torch+compile")
     parser.add_argument("--updates", type=int, default=64, help="updates per timed call")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rows", type=int, default=200_000, help="filled memory rows")
+    parser.add_argument("--capacity", type=int, default=0, help="memory rows; 0 = --rows")
+    parser.add_argument(
+        "--storage", default="", help="memory.info_storage (packed | float16); default: config's"
+    )
+    parser.add_argument(
+        "--eval-rows", type=int, default=8192, help="rows drawn for the float32 loss"
+    )
     parser.add_argument("--json", help="write the figures to this path")
     args = parser.parse_args()
 
@@ -71,55 +128,107 @@ def main() -> None:
     config.optimization.advantage_updates = args.updates
     rules = rules_from_config(config)
     spec = spec_from_config(config, rules)
-    memory = random_memory(
-        args.rows, args.rows, rules.encoding_size, rules.num_actions, int(config.seed)
-    )
+    if args.storage:
+        config.memory.info_storage = args.storage
+    codec = memory_codec.for_rules(rules, kind=config.memory.info_storage)
+    capacity = max(args.capacity, args.rows)
+    memory = random_memory(args.rows, capacity, codec, rules.num_actions, int(config.seed))
     batch = config.optimization.advantage_batch_size
+    # The yardstick: a float32 loss of trained parameters on fixed rows (same for all).
+    f32_spec = dataclasses.replace(spec, compute_dtype="float32")
+    judge = Learner(
+        f32_spec,
+        kind="advantage",
+        optimizer=make_optimizer(learning_rate=1.0, weight_decay=0.0, grad_clip=0.0),
+        batch_size=1,
+        num_updates=1,
+        weighting=config.training_weighting.mode,
+    )
+    eval_rows = min(args.eval_rows, args.rows)
+    # drawn as the learners draw (decoded float32 encodings, whatever the memory stores)
+    eval_batch = reservoir.reservoir_sample(memory, jax.random.PRNGKey(99), eval_rows, codec=codec)
+    judge_loss = jax.jit(judge.loss)
     print(
-        f"{args.config}: network {spec.hidden_size}x{spec.num_layers}, batch {batch}, "
-        f"{args.updates} updates per call, {args.rows} rows; jax {jax.__version__}, torch "
-        f"{torch.__version__} ({torch.get_num_threads()} threads), {os.cpu_count()} CPUs",
+        f"{args.config}: network {spec.hidden_size}x{spec.num_layers} ({spec.head} head), "
+        f"batch {batch}, {args.updates} updates per call, {args.rows} of {capacity} rows "
+        f"stored {config.memory.info_storage}; jax "
+        f"{jax.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"{os.cpu_count()} CPUs",
         flush=True,
     )
-    rows = []
+    built = []  # (variant, learner, params, opt_state, first-call seconds)
     for variant in args.variants.split(","):
         name, *extras = variant.split("+")
+        unknown = sorted(set(extras) - set(EXTRAS))
+        if unknown:
+            raise SystemExit(f"variant {variant!r}: unknown extra(s) {unknown}; valid {EXTRAS}")
         config.optimization.learner = name
         config.run.use_amp = "amp" in extras
         config.run.torch_compile = "compile" in extras
-        learner = learner_from_config(config, spec, "advantage")
+        config.network.compute_dtype = "bfloat16" if "bf16" in extras else "float32"
+        variant_spec = spec_from_config(config, rules)
+        try:
+            if name == "bare":
+                config.optimization.learner = "optax"
+                learner = learner_from_config(config, variant_spec, "advantage", codec=codec)
+                learner = BareStep(
+                    learner,
+                    reservoir.reservoir_sample(memory, jax.random.PRNGKey(98), batch, codec=codec),
+                )
+            else:
+                learner = learner_from_config(config, variant_spec, "advantage", codec=codec)
+        except ValueError as error:  # e.g. the torch learner on a card-head config
+            print(f"  {variant}: skipped ({error})", flush=True)
+            continue
         params, opt_state = learner.init(jax.random.PRNGKey(1))
-        key = jax.random.PRNGKey(2)
         start = time.perf_counter()
-        jax.block_until_ready(learner.train(params, opt_state, memory, key))
+        jax.block_until_ready(learner.train(params, opt_state, memory, jax.random.PRNGKey(2)))
         first = time.perf_counter() - start
-        seconds, losses = [], []
-        for i in range(args.repeats):
+        print(f"  {variant}: untimed first call {first:.1f}s", flush=True)
+        built.append((variant, learner, params, opt_state, first))
+    if not built:
+        raise SystemExit("no variant could be built")
+    # Round-robin: repeat i times every variant once, so a change in the machine's load
+    # during the run weighs on every variant alike (ratios are taken within a round).
+    seconds = {variant: [] for variant, *_ in built}
+    results = {variant: ([], None) for variant, *_ in built}
+    for i in range(args.repeats):
+        for variant, learner, params, opt_state, _ in built:
             start = time.perf_counter()
-            _, _, metrics = jax.block_until_ready(
+            trained, _, metrics = jax.block_until_ready(
                 learner.train(params, opt_state, memory, jax.random.PRNGKey(3 + i))
             )
-            seconds.append(time.perf_counter() - start)
+            seconds[variant].append(time.perf_counter() - start)
+            losses, first_trained = results[variant]
             losses.append(float(metrics["loss_last"]))
-        row = {
-            "variant": variant,
-            "first_call_seconds": first,
-            "seconds_per_call": statistics.median(seconds),
-            "updates_per_second": args.updates / statistics.median(seconds),
-            "last_losses": losses,
-        }
-        rows.append(row)
-        print(
-            f"  {variant}: {row['updates_per_second']:.1f} updates/s (first call {first:.1f}s)",
-            flush=True,
+            results[variant] = (losses, first_trained if first_trained is not None else trained)
+    base = "optax" if "optax" in seconds else built[0][0]
+    rows = []
+    for variant, *_, first in built:
+        losses, trained = results[variant]
+        ratios = [b / t for b, t in zip(seconds[base], seconds[variant], strict=True)]
+        rows.append(
+            {
+                "variant": variant,
+                "first_call_seconds": first,
+                "seconds": seconds[variant],
+                "seconds_per_call": statistics.median(seconds[variant]),
+                "updates_per_second": args.updates / statistics.median(seconds[variant]),
+                # the median over rounds of (base's seconds / this variant's), same round
+                "ratio_to_optax": statistics.median(ratios),
+                "last_losses": losses,
+                "float32_loss_after": float(judge_loss(trained, eval_batch)),
+            }
         )
-    base = next((r for r in rows if r["variant"] == "optax"), rows[0])
-    print(f"\n{'variant':>15}{'s/call':>9}{'updates/s':>11}{'vs optax':>10}{'last loss':>12}")
+    print(
+        f"\n{'variant':>15}{'s/call':>9}{'updates/s':>11}{'vs ' + base:>12}"
+        f"{'last loss':>12}{'f32 loss':>10}"
+    )
     for r in rows:
-        r["ratio_to_optax"] = r["updates_per_second"] / base["updates_per_second"]
         print(
             f"{r['variant']:>15}{r['seconds_per_call']:>9.2f}{r['updates_per_second']:>11.1f}"
-            f"{r['ratio_to_optax']:>10.2f}{r['last_losses'][0]:>12.6f}"
+            f"{r['ratio_to_optax']:>12.2f}{r['last_losses'][0]:>12.6f}"
+            f"{r['float32_loss_after']:>10.6f}"
         )
     if args.json:
         with open(args.json, "w") as f:
@@ -130,6 +239,7 @@ def main() -> None:
                     "batch_size": batch,
                     "updates_per_call": args.updates,
                     "rows": args.rows,
+                    "eval_rows": eval_rows,
                     "results": rows,
                 },
                 f,

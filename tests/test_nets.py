@@ -115,6 +115,8 @@ def test_bad_layouts_name_the_key():
         ({"hidden_size": 0}, "network.hidden_size"),
         ({"num_layers": 0}, "network.num_layers"),
         ({"input_size": 0}, "network.input_size"),
+        ({"compute_dtype": "float16"}, "network.compute_dtype"),
+        ({"compute_dtype": None}, "network.compute_dtype"),
     ],
 )
 def test_spec_errors_name_the_field(overrides, field):

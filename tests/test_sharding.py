@@ -1,6 +1,7 @@
-"""Lanes sharded over several JAX devices give the single-device samples and statistics.
+"""Lanes sharded over several JAX devices (a `jax.sharding` mesh, lc_cfr.traversal.sharding)
+give the single-device samples and statistics, and so do evaluation games.
 
-Runs in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=4, so the
+Each test runs in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=4, so the
 CPU shows four devices (chex.assert_devices_available checks them). The sharded and the
 single-device runs are compared bit for bit with `chex.assert_trees_all_equal`: the
 whole Samples pytree at once (a failure names the field) and the statistics as a dict.
@@ -21,17 +22,29 @@ assert jax.local_device_count() == 4, jax.devices()
 chex.assert_devices_available(4, "cpu")
 STATS = ("nodes", "terminals", "truncations", "endpoint_depth_sum", "policy_calls")
 nets = networks(seed=3)
-for mode in ("outcome", "external"):
-    opts = options(sampling_mode=mode, num_traversals=8)
-    run = lambda n: jax.device_get(lockstep.run_traversals(
-        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n))
-    (one, one_stats), (four, four_stats) = run(1), run(4)
-    chex.assert_trees_all_equal(one, four, custom_message=mode)
-    chex.assert_trees_all_equal(
-        {name: int(getattr(one_stats, name)) for name in STATS},
-        {name: int(getattr(four_stats, name)) for name in STATS},
-        custom_message=mode,
-    )
+MODES = {
+    "outcome": dict(sampling_mode="outcome"),
+    "external": dict(sampling_mode="external"),
+    "sampled": dict(sampling_mode="external", expand_at="sampled", max_depth=1),
+    "baseline": dict(sampling_mode="outcome", outcome_estimator="baseline", value_clip=0.0),
+}
+for mode, overrides in MODES.items():
+    opts = options(num_traversals=8, **overrides)
+    run = lambda n: lockstep.run_traversals(
+        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n)
+    one, one_stats = jax.device_get(run(1))
+    for n in (2, 4) if mode in ("outcome", "external") else (4,):
+        samples, stats = run(n)
+        # the whole result is on this process's first device, ready for the learner
+        leaves = jax.tree.leaves((samples, stats))
+        assert all(x.devices() == {jax.devices()[0]} for x in leaves), mode
+        samples, stats = jax.device_get((samples, stats))
+        chex.assert_trees_all_equal(one, samples, custom_message=f"{mode} on {n}")
+        chex.assert_trees_all_equal(
+            {name: int(getattr(one_stats, name)) for name in STATS},
+            {name: int(getattr(stats, name)) for name in STATS},
+            custom_message=f"{mode} on {n}",
+        )
     assert one.advantage_valid.any()
 try:
     lockstep.run_traversals(TINY, SPEC, options(num_traversals=6), nets,
@@ -43,7 +56,33 @@ print("SHARDING OK")
 """
 
 
-def test_sharded_lanes_equal_single_device():
+EVAL_SCRIPT = """
+import chex, jax
+from traversal_helpers import SPEC, TINY, networks
+from lc_cfr.eval import games
+assert jax.local_device_count() == 4, jax.devices()
+nets = networks(seed=4)  # dyadic weights: forwards exact at every batch width
+AGENTS = {
+    "current_greedy": (games.network_agent("current"), nets.advantage),
+    "average_sampled": (games.network_agent("average_strategy", "sampled"), nets.strategy),
+    "bot": (games.bot_agent("safe_heuristic"), None),
+}
+for name, (agent, params) in AGENTS.items():
+    # 7 deals: 4 devices play blocks of 2 and the eighth deal is dropped
+    play = lambda n, lanes: games.play(TINY, SPEC, agent, "noisy_safe", params, games=14,
+                                       seed=9, lanes=lanes, first_deal=3, devices=n)
+    one = play(1, 8)
+    assert one.records.decisions.min() > 0, name
+    for n, lanes in ((2, 8), (4, 16)):
+        result = play(n, lanes)
+        chex.assert_trees_all_equal(
+            one.records._asdict(), result.records._asdict(), custom_message=f"{name} on {n}")
+        assert result.half_lanes == max(1, min(lanes // 2 // n, -(-7 // n))) * n
+print("EVAL SHARDING OK")
+"""
+
+
+def _run_on_four_devices(script: str) -> str:
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=4",
@@ -51,7 +90,18 @@ def test_sharded_lanes_equal_single_device():
         LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"),
     )
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, timeout=600
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, timeout=600
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    assert b"SHARDING OK" in done.stdout
+    return done.stdout.decode()
+
+
+def test_sharded_lanes_equal_single_device():
+    assert "SHARDING OK" in _run_on_four_devices(SCRIPT)
+
+
+def test_sharded_evaluation_games_equal_single_device():
+    """Every game's record (margin, scores, decisions, action counts, expeditions) is the
+    single-device one, for network agents (greedy and sampled) and a bot agent against a
+    bot that draws noise, over 2 and 4 devices, with a deal count 4 does not divide."""
+    assert "EVAL SHARDING OK" in _run_on_four_devices(EVAL_SCRIPT)

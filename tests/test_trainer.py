@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 
+from lc_cfr.memory import reservoir
 from lc_cfr.train import Trainer, checkpoint
 from lc_cfr.train.saved_networks import load_saved_networks
 from lc_cfr.traversal import lockstep
@@ -391,27 +392,77 @@ def test_runs_saved_before_the_own_known_block_resume(tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     del config["network"]["own_known_input"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    n = Trainer(smoke_config(), tmp_path / "probe").rules.n_cards
+    probe = Trainer(smoke_config(), tmp_path / "probe")
+    n, codec = probe.rules.n_cards, probe.codec
     old = {}
 
-    def drop_own_known(arrays):
+    def drop_own_known(arrays):  # memories from then held float16 rows
         for key, value in arrays.items():
             if key.endswith("/info"):
-                old[key] = value
-                arrays[key] = np.concatenate([value[:, : 7 * n], value[:, 8 * n :]], axis=1)
+                old[key] = codec.decode_numpy(value)
+                arrays[key] = np.delete(old[key], np.s_[7 * n : 8 * n], 1).astype(np.float16)
 
     _rewrite_latest_checkpoint(tmp_path, drop_own_known)
     with pytest.raises(ValueError, match="network.own_known_input"):
         Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path).run()
     state = Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path).restore()[0]
     before = old["advantage_memory_0/info"]
-    restored = np.asarray(state.advantage_memory[0].info[: len(before)])
+    restored = codec.decode_numpy(np.asarray(state.advantage_memory[0].info[: len(before)]))
     assert not restored[:, 7 * n : 8 * n].any()  # the block's columns are zeros
     np.testing.assert_array_equal(
         np.delete(restored, np.s_[7 * n : 8 * n], 1), np.delete(before, np.s_[7 * n : 8 * n], 1)
     )
     state = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path).run()
     assert state.iteration == 3
+
+
+def test_memory_storage_and_growth_change_nothing_but_the_bytes(tmp_path):
+    """Packed rows in memories that grow from 8 rows train what float16 rows allocated
+    up front train (to float32 rounding); a grown run resumes exactly, and a float16 run
+    resumes packed."""
+    runs = {
+        "packed": {"memory.info_storage": "packed", "memory.initial_rows": 8},
+        "float16": {"memory.info_storage": "float16", "memory.initial_rows": 0},
+    }
+    states = {
+        name: Trainer(smoke_config(**{"run.max_iterations": 3, **o}), tmp_path / name).run()
+        for name, o in runs.items()
+    }
+    packed, plain = states["packed"], states["float16"]
+    assert reservoir.allocated_rows(packed.strategy_memory) < 4096
+    assert reservoir.allocated_rows(plain.strategy_memory) == 4096
+    assert packed.strategy_memory.info.dtype == np.uint8
+    codec = Trainer(smoke_config(), tmp_path / "probe").codec
+    for a, b in zip(
+        (*packed.advantage_memory, packed.strategy_memory),
+        (*plain.advantage_memory, plain.strategy_memory),
+        strict=True,
+    ):
+        size = int(a.size)
+        assert size == int(b.size) > 8  # the memories grew past their first allocation
+        np.testing.assert_array_equal(codec.decode_numpy(a.info[:size]), b.info[:size])
+        # the networks of the two runs differ by float32 rounding (two compiled training
+        # steps), so later iterations' targets may differ in their last bits
+        np.testing.assert_allclose(a.target[:size], b.target[:size], rtol=1e-4, atol=1e-6)
+    chex.assert_trees_all_close(
+        packed.advantage_params, plain.advantage_params, rtol=1e-4, atol=1e-6
+    )
+    rows = _rows(tmp_path / "packed")
+    assert rows[-1]["memory/bytes"] < _rows(tmp_path / "float16")[-1]["memory/bytes"] / 4
+
+    Trainer(smoke_config(**{"run.max_iterations": 2, **runs["packed"]}), tmp_path / "split").run()
+    split = Trainer(
+        smoke_config(**{"run.max_iterations": 3, **runs["packed"]}), tmp_path / "split"
+    ).run()
+    chex.assert_trees_all_equal(split, packed)
+    # a run written with float16 rows resumes with packed ones (and the other way round)
+    Trainer(smoke_config(**{"run.max_iterations": 2, **runs["float16"]}), tmp_path / "mix").run()
+    mixed = Trainer(smoke_config(**{"run.max_iterations": 3, **runs["packed"]}), tmp_path / "mix")
+    mixed = mixed.run()
+    assert mixed.strategy_memory.info.dtype == np.uint8
+    chex.assert_trees_all_close(
+        mixed.advantage_params, plain.advantage_params, rtol=1e-4, atol=1e-6
+    )
 
 
 def test_epsilon_schedule_decays_in_steps(tmp_path):

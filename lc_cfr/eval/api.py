@@ -56,7 +56,9 @@ def snapshot_blocks(count: int, deals: int, seed: int) -> tuple[np.ndarray, int]
     return chosen, deals // blocks
 
 
-def _play_snapshots(rules, spec, agent, opponent, snapshots: Snapshots, *, games, seed, lanes):
+def _play_snapshots(
+    rules, spec, agent, opponent, snapshots: Snapshots, *, games, seed, lanes, devices
+):
     """The sd_cfr view against one bot: each block of deals by one snapshot's RM policy."""
     chosen, per_block = snapshot_blocks(snapshots.count, games // 2, seed)
     results = []
@@ -73,6 +75,7 @@ def _play_snapshots(rules, spec, agent, opponent, snapshots: Snapshots, *, games
                 seed=seed,
                 lanes=lanes,
                 first_deal=block * per_block,
+                devices=devices,
             )
         )
     fields = eval_games.GameRecords._fields
@@ -123,6 +126,7 @@ def evaluate(
     seed: int = 0,
     fallback: str = "argmax_tiebreak",
     lanes: int | None = None,
+    devices: int | None = None,
 ) -> dict[str, float]:
     """Evaluates policy views against bots; every deal is played twice, seats swapped.
 
@@ -138,7 +142,10 @@ def evaluate(
       seed: the evaluation seed (deals and sampled actions; see `lc_cfr.eval.games`).
       fallback: regret matching's all-negative fallback for `current`
         (`regret_matching.all_negative_fallback` of the run).
-      lanes: games in flight at once (even; `games.DEFAULT_LANES` when None).
+      lanes: games in flight at once (even; `games.DEFAULT_LANES` when None), on all
+        devices together.
+      devices: devices the deals are split over (`games.play`; default: every device of
+        every process, each of which must then make the same call).
 
     Returns:
       {`eval/<view>/<opponent>/<metric>`: float} for the metrics of `lc_cfr.eval.metrics`.
@@ -173,11 +180,27 @@ def evaluate(
             start = time.perf_counter()
             if view == SD_CFR:
                 result = _play_snapshots(
-                    rules, spec, agents[view], opponent, params, games=games, seed=seed, lanes=lanes
+                    rules,
+                    spec,
+                    agents[view],
+                    opponent,
+                    params,
+                    games=games,
+                    seed=seed,
+                    lanes=lanes,
+                    devices=devices,
                 )
             else:
                 result = eval_games.play(
-                    rules, spec, agents[view], opponent, params, games=games, seed=seed, lanes=lanes
+                    rules,
+                    spec,
+                    agents[view],
+                    opponent,
+                    params,
+                    games=games,
+                    seed=seed,
+                    lanes=lanes,
+                    devices=devices,
                 )
             metrics = _timed_metrics(result, time.perf_counter() - start)
             out.update({metric_key(view, opponent, k): v for k, v in metrics.items()})
@@ -192,8 +215,10 @@ def evaluate_bots(
     games: int,
     seed: int = 0,
     lanes: int | None = None,
+    devices: int | None = None,
 ) -> dict[str, float]:
-    """Evaluates bot `agent` against bots: `eval/<agent>/<opponent>/<metric>`."""
+    """Evaluates bot `agent` against bots: `eval/<agent>/<opponent>/<metric>` (`devices`
+    as in `evaluate`)."""
     bot = eval_games.bot_agent(agent, "agent")
     opponents = _check_opponents(opponents, "opponents")
     eval_games.check_games(games, lanes)
@@ -201,7 +226,7 @@ def evaluate_bots(
     for opponent in opponents:
         start = time.perf_counter()
         result = eval_games.play(
-            rules, None, bot, opponent, None, games=games, seed=seed, lanes=lanes
+            rules, None, bot, opponent, None, games=games, seed=seed, lanes=lanes, devices=devices
         )
         metrics = _timed_metrics(result, time.perf_counter() - start)
         out.update({metric_key(agent, opponent, k): v for k, v in metrics.items()})

@@ -38,10 +38,22 @@ width (H -> H/4 when 8 <= H < 64). The whole evaluation against one opponent is 
 jitted program; it is compiled once per (rules, network shape, agent, opponent, games,
 lanes) and cached here, so later calls with new parameters reuse it.
 
+Devices. With D > 1 devices (every device of every process by default, `devices`), the
+deals are split into D contiguous blocks of ceil(deals / D), one per device of a
+`lc_cfr.traversal.sharding` mesh; each device plays its block with lanes / D lanes (H/D
+per seat) in its own loop (`jax.shard_map`), and the per-game records are gathered on
+every device (deals past the last requested one, when D does not divide them, are played
+and dropped). Every draw is keyed by the deal and the decision, never by the lane or the
+device, so a game is the single-device game; `steps` is the longest device's loop and
+`rows` the sum over devices.
+
 Floating point. A network agent's choices come from a batched forward; XLA may round a
 row differently at another batch width, so a greedy near-tie (or a sampled draw at a
-bucket edge) can resolve differently with another `lanes`. Results are exactly
-reproducible for a given (rules, network shape, agent, opponent, games, lanes, seed).
+bucket edge) can resolve differently with another `lanes` (or another device count,
+which narrows each device's batch). Results are exactly reproducible for a given (rules,
+network shape, agent, opponent, games, lanes, devices, seed); bots, and networks whose
+forward is exact (tests/traversal_helpers.py: dyadic weights), give the same records
+whatever the lanes and devices.
 """
 
 from __future__ import annotations
@@ -53,12 +65,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from lc_cfr.bots import check_bot_name, jax_bots
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
+from lc_cfr.traversal import sharding
 
 VIEWS = ("average_strategy", "current")
 MODES = ("greedy", "sampled")
@@ -123,9 +137,10 @@ class GameRecords(NamedTuple):
 
 class PlayResult(NamedTuple):
     records: GameRecords
-    steps: int  # lockstep steps run (one forward per step)
-    rows: int  # agent rows those forwards ran over (H per step, fewer in the tail phase)
-    half_lanes: int  # H: lanes per seat, the rows of every forward before the tail
+    steps: int  # lockstep steps run (one forward per step); the longest device's
+    rows: int  # agent rows those forwards ran over (H per step, fewer in the tail phase),
+    # summed over devices
+    half_lanes: int  # H: lanes per seat on all devices, the rows of every step before the tail
     compile_seconds: float  # tracing and compiling in this call (0 when cached)
     run_seconds: float  # running the compiled evaluation, results on the host
 
@@ -364,6 +379,29 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
     return lanes.records, lanes.step, rows
 
 
+def _run_blocks(rules, spec, agent, opponent, block, half, mesh, params, seed, first_deal):
+    """`_run` on every device of `mesh`, device d playing deals first_deal + d * block ...;
+    the records [2, D * block] (device blocks in mesh order), the longest loop's steps and
+    the total rows, replicated on every device."""
+
+    def one(params, seed, first_deal):
+        index = jax.lax.axis_index(sharding.AXIS)
+        records, steps, rows = _run(
+            rules, spec, agent, opponent, block, half, params, seed, first_deal + index * block
+        )
+        records = {
+            name: jax.lax.all_gather(x, sharding.AXIS, axis=1, tiled=True)
+            for name, x in records.items()
+        }
+        return records, jax.lax.pmax(steps, sharding.AXIS), jax.lax.psum(rows, sharding.AXIS)
+
+    # The gather and the reductions replicate the outputs, which the replication check
+    # does not infer (it counts all_gather's as varying).
+    return jax.shard_map(one, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)(
+        params, seed, first_deal
+    )
+
+
 def _phase_sizes(half: int) -> tuple[int, ...]:
     """Lanes per seat of each phase: H, then narrower ones for the tail.
 
@@ -416,6 +454,7 @@ def play(
     seed: int = 0,
     lanes: int | None = None,
     first_deal: int = 0,
+    devices: int | None = None,
 ) -> PlayResult:
     """Plays `games` mirrored games of `agent` against the bot `opponent`.
 
@@ -432,6 +471,8 @@ def play(
       first_deal: the deals played are first_deal .. first_deal + games/2 - 1 (the records
         count them from 0); a block of deals, so that views made of several networks can
         give each one its own deals with one compiled loop.
+      devices: devices the deals are split over (default: every device of every
+        process; with several processes, every process must make the same call).
 
     Returns:
       PlayResult with per-game records (numpy) and timings.
@@ -446,20 +487,34 @@ def play(
         if not isinstance(params, tuple | list) or len(params) != 2:
             raise ValueError("the `current` view takes the pair of advantage networks' params")
         params = tuple(params)
+    devices = sharding.device_count(devices)
     seed_word = jnp.asarray(rng.as_word(seed), jnp.uint32)
-    key = (rules, spec, agent, opponent, deals, half, _signature(params))
+    if sharding.sharded(devices):
+        block = -(-deals // devices)
+        half = max(1, min((DEFAULT_LANES if lanes is None else lanes) // 2 // devices, block))
+        mesh = sharding.lanes_mesh(devices)
+        fn = functools.partial(_run_blocks, rules, spec, agent, opponent, block, half, mesh)
+        args = sharding.replicate((params, seed_word, jnp.int32(first_deal)), mesh)
+    else:
+        mesh = None
+        fn = functools.partial(_run, rules, spec, agent, opponent, deals, half)
+        args = (params, seed_word, jnp.int32(first_deal))
+    key = (rules, spec, agent, opponent, deals, half, mesh, _signature(params))
     compiled, compile_seconds = _COMPILED.get(key), 0.0
     if compiled is None:
         start = time.perf_counter()
-        fn = functools.partial(_run, rules, spec, agent, opponent, deals, half)
-        compiled = jax.jit(fn).lower(params, seed_word, jnp.int32(0)).compile()
+        compiled = jax.jit(fn).lower(*args).compile()
         _COMPILED[key] = compiled
         compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    records, steps, rows = compiled(params, seed_word, jnp.int32(first_deal))
+    records, steps, rows = compiled(*args)
+    if mesh is not None:
+        records, steps, rows = sharding.local_copy((records, steps, rows))
     records = jax.device_get(records)
     run_seconds = time.perf_counter() - start
-    out = {name: np.asarray(records[name]) for name in GameRecords._fields}
+    out = {name: np.asarray(records[name])[:, :deals] for name in GameRecords._fields}
     for name in ("truncated", "illegal"):
         out[name] = out[name].astype(bool)
-    return PlayResult(GameRecords(**out), int(steps), int(rows), half, compile_seconds, run_seconds)
+    return PlayResult(
+        GameRecords(**out), int(steps), int(rows), half * devices, compile_seconds, run_seconds
+    )

@@ -8,6 +8,11 @@ function compiles once (the memory, parameters and key are arguments, never cons
 Samples are weighted by `training_weighting.mode`: 'lcfr' weighs a sample by the
 iteration t that produced it (Linear CFR, as in Deep CFR; iterations count from 1) and
 'uniform' weighs every sample 1.
+
+The forwards compute in the spec's `compute_dtype` (`lc_cfr.nets.mlp.apply`): with
+'bfloat16' the layers' matmuls run in bfloat16 while the parameters, gradients, optimizer
+state and losses stay float32 (mixed precision; the gradients flow back through the casts
+to float32 parameters).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from lc_cfr.memory.codec import Codec
 from lc_cfr.memory.reservoir import Reservoir, reservoir_sample
 from lc_cfr.nets.mlp import NetworkSpec, apply, init_params, masked_advantages, masked_log_policy
 
@@ -146,6 +152,7 @@ class Learner:
         batch_size: int,
         num_updates: int,
         weighting: str,
+        codec: Codec | None = None,
     ):
         """Builds the learner.
 
@@ -156,6 +163,8 @@ class Learner:
             batch_size: samples per update.
             num_updates: updates per `train` call.
             weighting: training_weighting.mode, 'lcfr' or 'uniform'.
+            codec: how the memories store encodings (lc_cfr.memory.codec); default
+                float16 rows. Batches are decoded inside the training step.
 
         Raises:
             ValueError: naming the field, for an unknown kind or weighting or a size < 1.
@@ -171,6 +180,7 @@ class Learner:
         self.batch_size = batch_size
         self.num_updates = num_updates
         self.weighting = check_weighting(weighting)
+        self.codec = codec
         self.trace_count = 0
         self._loss = LOSSES[kind]
         self._init = jax.jit(self._init_impl)
@@ -205,7 +215,7 @@ class Learner:
 
         def step(carry, step_key):
             params, opt_state = carry
-            batch = reservoir_sample(memory, step_key, self.batch_size)
+            batch = reservoir_sample(memory, step_key, self.batch_size, codec=self.codec)
             loss, grads = jax.value_and_grad(self.loss)(params, batch)
             updates, opt_state = self.optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), loss

@@ -2,11 +2,14 @@
 
 `TrainerTorchLearner` has the `init` / `train` of `lc_cfr.learn.learner.Learner` (flax
 parameters in, flax parameters out; a `Reservoir` memory; a JAX key), and trains with
-`TorchLearner` on `run.device`, optionally under bfloat16 autocast (`run.use_amp`) and
-`torch.compile` (`run.torch_compile`). It draws its batches with the same keys as the
-optax learner (`reservoir_sample` row draws), so with the same memory both learners see
-the same batches in the same order and, in float32, end within float32 rounding of
-each other (tests/test_torch_parity.py bounds it).
+`TorchLearner` on `run.device`, optionally under bfloat16 autocast and `torch.compile`
+(`run.torch_compile`). The forwards compute in bfloat16 when the spec says so
+(`network.compute_dtype`, inside `TorchMLP.forward`) or when `run.use_amp` (the deprecated
+alias: bfloat16 on the torch path only) wraps the whole update in autocast. It draws its
+batches with the same keys as the optax learner (`reservoir_sample` row draws), so with
+the same memory both learners see the same batches in the same order and, in float32,
+end within float32 rounding of each other (tests/test_torch_parity.py bounds it); in
+bfloat16 within the looser bounds of tests/test_compute_dtype.py.
 
 The optimizer state is a pytree of numpy arrays ({"count", "mu", "nu"}, moments in the
 canonical layout), so the trainer checkpoints it like the optax state. The memory rows
@@ -23,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from lc_cfr.learn.torch_learner import AdamWState, TorchLearner, memory_tensors
+from lc_cfr.learn.torch_learner import AdamWState, TorchLearner, memory_tensors, packed_decoder
+from lc_cfr.memory.codec import Codec, PackedCodec
 from lc_cfr.memory.reservoir import Reservoir
 from lc_cfr.nets import mlp
 from lc_cfr.nets.torch_mlp import from_layout, resolve_device, to_layout
@@ -47,10 +51,13 @@ class TrainerTorchLearner:
         device: str = "cpu",
         use_amp: bool = False,
         compile: bool = False,
+        codec: Codec | None = None,
     ):
         """Wraps `learner` (its spec, kind and hyper-parameters); device, use_amp and
-        compile as `run.device`, `run.use_amp`, `run.torch_compile`."""
+        compile as `run.device`, `run.use_amp`, `run.torch_compile`. use_amp=False does
+        not undo a bfloat16 `spec.compute_dtype` (the model computes in its spec's dtype)."""
         self.learner = learner
+        self.codec = codec
         self.spec, self.kind = learner.spec, learner.kind
         self.batch_size, self.num_updates = learner.batch_size, learner.num_updates
         self.device = resolve_device(device)
@@ -59,6 +66,9 @@ class TrainerTorchLearner:
         self.trace_count = 0  # the optax Learner's recompile counter; nothing traces here
         self._model = None
         self._runner = None
+        self._decode = (
+            packed_decoder(codec, self.device) if isinstance(codec, PackedCodec) else None
+        )
 
     def init(self, key: jax.Array):
         """Fresh (flax params, optimizer state): the optax learner's initial parameters."""
@@ -81,9 +91,14 @@ class TrainerTorchLearner:
             mu={k: self._tensor(v) for k, v in opt_state["mu"].items()},
             nu={k: self._tensor(v) for k, v in opt_state["nu"].items()},
         )
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_amp):
+        # No cast cache: this region spans every update of the call, and a cached bfloat16
+        # copy of a weight would be served to every later forward after the optimizer
+        # changed the weight in place (the forwards would all see the first step's weights).
+        with torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.use_amp, cache_enabled=False
+        ):
             model, state, metrics = self.learner.train(
-                model, data, rows, state, forward=self._runner
+                model, data, rows, state, forward=self._runner, decode=self._decode
             )
         layout = to_layout(self._model)
         new_state = {

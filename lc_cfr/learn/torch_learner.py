@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from lc_cfr.learn.learner import KINDS, check_weighting
+from lc_cfr.memory.codec import PackedCodec
 from lc_cfr.nets.mlp import NetworkSpec
 from lc_cfr.nets.torch_mlp import TorchMLP, from_layout, masked_advantages, masked_log_policy
 
@@ -38,7 +39,7 @@ _ROW_FIELDS = ("info", "mask", "target", "iteration")
 class MemoryTensors(NamedTuple):
     """The rows of a reservoir memory as contiguous torch tensors on one device."""
 
-    info: torch.Tensor  # [C, E] float16 (or float32)
+    info: torch.Tensor  # [C, W] stored encodings: uint8 packed, float16 or float32
     mask: torch.Tensor  # [C, A] bool
     target: torch.Tensor  # [C, A] float32
     iteration: torch.Tensor  # [C] int32
@@ -46,6 +47,25 @@ class MemoryTensors(NamedTuple):
     @property
     def num_rows(self) -> int:
         return int(self.iteration.shape[0])
+
+
+def packed_decoder(codec: PackedCodec, device: torch.device | str = "cpu"):
+    """`codec.decode` in torch: [B, W] uint8 stored rows -> [B, E] float32, bit for bit
+    the optax learner's batches (tests/test_torch_parity.py)."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=device)
+    scales = torch.tensor(codec.int_scales, dtype=torch.float32, device=device)
+    order = torch.as_tensor(codec.order, dtype=torch.long, device=device)
+    bit_bytes, bit_count = codec.bit_bytes, len(codec.bit_columns)
+
+    def decode(stored: torch.Tensor) -> torch.Tensor:
+        rows = stored.shape[0]
+        bits = (stored[:, :bit_bytes, None] >> shifts) & 1
+        bits = bits.reshape(rows, 8 * bit_bytes)[:, :bit_count].to(torch.float32)
+        codes = stored[:, bit_bytes:].contiguous().view(torch.int16)
+        values = codes.to(torch.float32) * scales
+        return torch.cat([bits, values], dim=1)[:, order]
+
+    return decode
 
 
 def memory_tensors(memory: Any, *, device: torch.device | str = "cpu") -> MemoryTensors:
@@ -85,7 +105,11 @@ def memory_tensors(memory: Any, *, device: torch.device | str = "cpu") -> Memory
         return torch.from_numpy(array).to(device=device, dtype=dtype).contiguous()
 
     info = fields["info"]
-    info_dtype = torch.float16 if str(getattr(info, "dtype", "")).endswith("float16") else None
+    # stored encodings keep their storage dtype (float16 rows, or packed uint8 bytes that
+    # the learner's `decode` turns into floats per batch); anything else becomes float32
+    info_dtype = {"float16": torch.float16, "uint8": torch.uint8}.get(
+        str(getattr(info, "dtype", "")).rsplit(".", 1)[-1]
+    )
     tensors = MemoryTensors(
         info=tensor(info, info_dtype or torch.float32),
         mask=tensor(fields["mask"], torch.bool),
@@ -276,6 +300,7 @@ class TorchLearner:
         opt_state: AdamWState | None = None,
         *,
         forward: Any = None,
+        decode: Any = None,
     ) -> tuple[torch.nn.Module, AdamWState, dict[str, float]]:
         """Runs `num_updates` steps, step k on the rows `indices[k]` of `memory`.
 
@@ -289,6 +314,8 @@ class TorchLearner:
                 `Learner.init`).
             forward: what computes the outputs (e.g. `torch.compile(model)`); default
                 the model itself. The parameters trained are always the model's.
+            decode: turns a batch's stored encodings into float32 ones (packed memories,
+                `packed_decoder`); default: a plain cast.
 
         Returns:
             (model, opt_state, metrics) with metrics {"loss_first", "loss_last",
@@ -325,6 +352,8 @@ class TorchLearner:
         losses = []
         for rows in index:
             batch = MemoryTensors(*(field[rows] for field in data))
+            if decode is not None:
+                batch = batch._replace(info=decode(batch.info))
             loss = self.loss(model if forward is None else forward, batch)
             grads = torch.autograd.grad(loss, params)
             opt_state = self.apply_gradients(model, dict(zip(names, grads, strict=True)), opt_state)

@@ -2,12 +2,16 @@
 
 Deep CFR keeps its advantage and strategy samples in reservoir buffers: after n samples
 have been offered, every one of them is in the buffer with the same probability
-capacity / n. A `Reservoir` is a pytree of preallocated arrays; `reservoir_add` writes a
-fixed-shape batch with scatters, so adding never stacks Python objects and never changes
-a shape (jit it once; donate the memory to update in place).
+capacity / n. A `Reservoir` is a pytree of arrays; `reservoir_add` writes a fixed-shape
+batch with scatters, so adding never stacks Python objects and never changes a shape
+(jit it once per allocation; donate the memory to update in place).
 
-Encodings are stored as float16: every value of the encoding is a small integer times a
-power of two (docs/game.md), which float16 holds exactly, so storage halves at no loss.
+Encodings are stored by a codec (`lc_cfr.memory.codec`): packed bits and int16 codes by
+default, 127 bytes a row for the default encoding where float16 took 1040, decoded
+exactly inside the jitted sampling. A reservoir of capacity C may allocate fewer rows
+R <= C and grow (`reserve`, doubling) before an add could reach row R: Algorithm R's
+slots depend on C only, and no slot >= seen is ever written, so a grown memory holds
+exactly what a preallocated one holds. Memory is then paid as it fills.
 """
 
 from __future__ import annotations
@@ -19,18 +23,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lc_cfr.memory.codec import Codec, Float16Codec
+
 _ROW_FIELDS = ("info", "mask", "target", "iteration")
 
 
 class Reservoir(NamedTuple):
-    """A reservoir memory of capacity C; rows [size, C) are unfilled (all zero)."""
+    """A reservoir memory of capacity C with R <= C rows allocated; rows [size, R) are
+    unfilled (all zero)."""
 
-    info: jax.Array  # [C, E] float16, information-state encodings
-    mask: jax.Array  # [C, A] bool, legal actions
-    target: jax.Array  # [C, A] float32, regret targets or policies
-    iteration: jax.Array  # [C] int32, CFR iteration that produced the row
+    info: jax.Array  # [R, W] stored encodings (codec.dtype: uint8 packed, or float16)
+    mask: jax.Array  # [R, A] bool, legal actions
+    target: jax.Array  # [R, A] float32, regret targets or policies
+    iteration: jax.Array  # [R] int32, CFR iteration that produced the row
     size: jax.Array  # [] int32, filled rows: min(seen, C)
     seen: jax.Array  # [] int32, valid rows offered so far
+    capacity: jax.Array  # [] int32, C
 
 
 class Batch(NamedTuple):
@@ -42,32 +50,97 @@ class Batch(NamedTuple):
     iteration: jax.Array  # [B] int32
 
 
-def reservoir_init(*, capacity: int, encoding_size: int, num_actions: int) -> Reservoir:
+def reservoir_init(
+    *,
+    capacity: int,
+    num_actions: int,
+    encoding_size: int | None = None,
+    codec: Codec | None = None,
+    rows: int | None = None,
+) -> Reservoir:
     """An empty reservoir of `capacity` rows, all zero.
+
+    Args:
+        capacity: C.
+        num_actions: A.
+        encoding_size: E, for the default float16 codec (omit when `codec` is given).
+        codec: how encodings are stored; default `Float16Codec(encoding_size)`.
+        rows: rows allocated now (R, at most C; `reserve` grows them); default C.
 
     Raises:
         ValueError: if a size is below 1.
     """
+    if codec is None:
+        if encoding_size is None:
+            raise ValueError("reservoir_init needs encoding_size or codec")
+        codec = Float16Codec(int(encoding_size))
+    rows = capacity if rows is None else min(int(rows), int(capacity))
     for name, value in (
         ("capacity", capacity),
-        ("encoding_size", encoding_size),
+        ("encoding_size", codec.size),
         ("num_actions", num_actions),
+        ("rows", rows),
     ):
         if int(value) < 1:
             raise ValueError(f"reservoir {name} must be >= 1, got {value!r}")
     return Reservoir(
-        info=jnp.zeros((capacity, encoding_size), jnp.float16),
-        mask=jnp.zeros((capacity, num_actions), jnp.bool_),
-        target=jnp.zeros((capacity, num_actions), jnp.float32),
-        iteration=jnp.zeros((capacity,), jnp.int32),
+        info=jnp.zeros((rows, codec.width), codec.dtype),
+        mask=jnp.zeros((rows, num_actions), jnp.bool_),
+        target=jnp.zeros((rows, num_actions), jnp.float32),
+        iteration=jnp.zeros((rows,), jnp.int32),
         size=jnp.zeros((), jnp.int32),
         seen=jnp.zeros((), jnp.int32),
+        capacity=jnp.asarray(capacity, jnp.int32),
     )
 
 
-def capacity_of(memory: Reservoir) -> int:
-    """C, the number of rows (static)."""
+def codec_of(memory: Reservoir, codec: Codec | None) -> Codec:
+    """`codec`, or the float16 codec a float16 memory implies; raises for packed rows
+    without their codec (they cannot be read without it)."""
+    if codec is not None:
+        if memory.info.shape[-1] != codec.width or memory.info.dtype != codec.dtype:
+            raise ValueError(
+                f"memory stores info as {memory.info.dtype}[{memory.info.shape[-1]}], but "
+                f"the codec writes {codec.dtype}[{codec.width}]"
+            )
+        return codec
+    if memory.info.dtype != jnp.float16:
+        raise ValueError(f"a memory storing {memory.info.dtype} info needs its codec")
+    return Float16Codec(memory.info.shape[-1])
+
+
+def allocated_rows(memory: Reservoir) -> int:
+    """R, the rows allocated now (static)."""
     return memory.iteration.shape[0]
+
+
+def reserve(memory: Reservoir, incoming: int) -> Reservoir:
+    """`memory` with room for `incoming` more offered rows: when the filled rows plus
+    `incoming` could pass the allocation, the rows double (at least to that many, at
+    most to C) and the filled ones are copied. Host-side: call it before a jitted add.
+
+    Growth is by doubling so that a run meets only log2(C / R) shapes (one compile of
+    the add and the training step each).
+    """
+    rows, capacity = allocated_rows(memory), int(memory.capacity)
+    needed = min(int(memory.seen) + int(incoming), capacity)
+    if needed <= rows:
+        return memory
+    grown = rows
+    while grown < needed:
+        grown *= 2
+    grown = min(grown, capacity)
+
+    def widen(store):
+        bigger = jnp.zeros((grown,) + store.shape[1:], store.dtype)
+        return jax.lax.dynamic_update_slice(bigger, store, (0,) * store.ndim)
+
+    return memory._replace(**{name: widen(getattr(memory, name)) for name in _ROW_FIELDS})
+
+
+def capacity_of(memory: Reservoir) -> int:
+    """C, the reservoir's capacity (a host read)."""
+    return int(memory.capacity)
 
 
 def candidate_slots(seen: jax.Array, key: jax.Array, valid: jax.Array, *, capacity: int):
@@ -80,7 +153,7 @@ def candidate_slots(seen: jax.Array, key: jax.Array, valid: jax.Array, *, capaci
         seen: [] int32, rows offered before this batch.
         key: PRNG key for the draws.
         valid: [B] bool, rows to offer.
-        capacity: C (static).
+        capacity: C (static or traced).
 
     Returns:
         [B] int32 slots; `capacity` marks a row that is invalid or dropped. Two rows may
@@ -116,6 +189,8 @@ def reservoir_add(
     target: jax.Array,
     iteration,
     valid: jax.Array,
+    *,
+    codec: Codec | None = None,
 ) -> Reservoir:
     """Offers a fixed-shape batch of rows in order, skipping rows with valid=False.
 
@@ -126,25 +201,28 @@ def reservoir_add(
     Args:
         memory: the reservoir.
         key: PRNG key for the replacement draws.
-        info: [B, E] encodings (stored as float16).
+        info: [B, E] encodings (stored by the codec).
         mask: [B, A] bool legal actions.
         target: [B, A] float32 targets.
         iteration: [] int, CFR iteration stamped on every row.
         valid: [B] bool, rows to offer.
+        codec: the memory's codec (static; default: float16 rows).
 
     Returns:
-        The updated reservoir.
+        The updated reservoir. Rows must be allocated for every slot below
+        min(seen + B, C): call `reserve(memory, B)` first on a growing memory.
     """
-    capacity = capacity_of(memory)
+    capacity = memory.capacity
     valid = jnp.asarray(valid, jnp.bool_)
     slots = candidate_slots(memory.seen, key, valid, capacity=capacity)
     slots = jnp.where(last_writers(slots, capacity=capacity), slots, capacity)
-    return _write_rows(memory, slots, info, mask, target, iteration, valid)
+    return _write_rows(memory, slots, info, mask, target, iteration, valid, codec)
 
 
-def _write_rows(memory, slots, info, mask, target, iteration, valid) -> Reservoir:
+def _write_rows(memory, slots, info, mask, target, iteration, valid, codec) -> Reservoir:
     """Writes every row to its slot (`capacity` drops it) and counts the valid rows."""
     iteration = jnp.broadcast_to(jnp.asarray(iteration, jnp.int32), valid.shape)
+    info = codec_of(memory, codec).encode(info)
 
     def write(store, rows):
         return store.at[slots].set(rows.astype(store.dtype), mode="drop")
@@ -155,30 +233,42 @@ def _write_rows(memory, slots, info, mask, target, iteration, valid) -> Reservoi
         mask=write(memory.mask, mask),
         target=write(memory.target, target),
         iteration=write(memory.iteration, iteration),
-        size=jnp.minimum(seen, capacity_of(memory)).astype(jnp.int32),
+        size=jnp.minimum(seen, memory.capacity).astype(jnp.int32),
         seen=seen,
+        capacity=memory.capacity,
     )
 
 
 def window_add(
-    memory: Reservoir, info: jax.Array, mask: jax.Array, target: jax.Array, iteration, valid
+    memory: Reservoir,
+    info: jax.Array,
+    mask: jax.Array,
+    target: jax.Array,
+    iteration,
+    valid,
+    *,
+    codec: Codec | None = None,
 ) -> Reservoir:
     """Writes the valid rows of a batch over the oldest rows: a sliding window of the
     last C rows offered, for targets that go stale (the value network's follow the
     current policy). Same arguments as `reservoir_add`, no key: nothing is random."""
-    capacity = capacity_of(memory)
+    capacity = memory.capacity
     valid = jnp.asarray(valid, jnp.bool_)
     valid_i = valid.astype(jnp.int32)
     offered = memory.seen + jnp.cumsum(valid_i) - valid_i
     slots = jnp.where(valid, offered % capacity, capacity).astype(jnp.int32)
     slots = jnp.where(last_writers(slots, capacity=capacity), slots, capacity)
-    return _write_rows(memory, slots, info, mask, target, iteration, valid)
+    return _write_rows(memory, slots, info, mask, target, iteration, valid, codec)
 
 
-def reservoir_sample(memory: Reservoir, key: jax.Array, batch_size: int) -> Batch:
-    """Draws `batch_size` rows uniformly from the filled rows, with replacement.
+def reservoir_sample(
+    memory: Reservoir, key: jax.Array, batch_size: int, *, codec: Codec | None = None
+) -> Batch:
+    """Draws `batch_size` rows uniformly from the filled rows, with replacement, and
+    decodes their encodings.
 
-    An empty reservoir yields its (all-zero) row 0. `batch_size` is static under jit.
+    An empty reservoir yields its (all-zero) row 0. `batch_size` and `codec` are static
+    under jit.
 
     Returns:
         Batch(info [B, E] float32, mask [B, A] bool, target [B, A] float32,
@@ -186,7 +276,7 @@ def reservoir_sample(memory: Reservoir, key: jax.Array, batch_size: int) -> Batc
     """
     rows = jax.random.randint(key, (batch_size,), 0, jnp.maximum(memory.size, 1))
     return Batch(
-        info=memory.info[rows].astype(jnp.float32),
+        info=codec_of(memory, codec).decode(memory.info[rows]),
         mask=memory.mask[rows],
         target=memory.target[rows],
         iteration=memory.iteration[rows],
@@ -197,7 +287,7 @@ def to_numpy(memory: Reservoir) -> dict[str, np.ndarray]:
     """The filled rows and counters as numpy arrays, for a checkpoint.
 
     Returns:
-        {"info" [S, E] float16, "mask" [S, A] bool, "target" [S, A] float32,
+        {"info" [S, W] stored encodings, "mask" [S, A] bool, "target" [S, A] float32,
         "iteration" [S] int32, "size" [] int32, "seen" [] int32, "capacity" [] int64},
         S = size.
     """
@@ -209,8 +299,16 @@ def to_numpy(memory: Reservoir) -> dict[str, np.ndarray]:
     return arrays
 
 
-def from_numpy(arrays: Mapping[str, np.ndarray]) -> Reservoir:
+def from_numpy(
+    arrays: Mapping[str, np.ndarray], *, codec: Codec | None = None, rows: int | None = None
+) -> Reservoir:
     """Restores the exact reservoir that `to_numpy` saved (unfilled rows are zero).
+
+    Args:
+        arrays: what `to_numpy` returned.
+        codec: the codec the rows were stored with (default: float16 rows).
+        rows: rows to allocate (at least the saved size, at most the capacity); default
+            the capacity.
 
     Raises:
         ValueError: naming the field, when a key is missing or the arrays disagree.
@@ -227,10 +325,20 @@ def from_numpy(arrays: Mapping[str, np.ndarray]) -> Reservoir:
             f"reservoir arrays have shapes info {info.shape}, mask {mask.shape}, "
             f"target {target.shape}; expected [S, E], [S, A], [S, A]"
         )
+    if codec is None:
+        codec = Float16Codec(info.shape[1])
+    if info.dtype != codec.dtype or info.shape[1] != codec.width:
+        raise ValueError(
+            f"reservoir field 'info' holds {info.dtype}[{info.shape[1]}], the codec "
+            f"stores {codec.dtype}[{codec.width}]"
+        )
     memory = reservoir_init(
-        capacity=capacity, encoding_size=info.shape[1], num_actions=mask.shape[1]
+        capacity=capacity,
+        num_actions=mask.shape[1],
+        codec=codec,
+        rows=capacity if rows is None else max(int(rows), size, 1),
     )
-    rows = {}
+    restored = {}
     for name in _ROW_FIELDS:
         store = getattr(memory, name)
         value = np.asarray(arrays[name])
@@ -239,7 +347,7 @@ def from_numpy(arrays: Mapping[str, np.ndarray]) -> Reservoir:
                 f"reservoir field {name!r} has shape {value.shape}, "
                 f"expected {(size,) + store.shape[1:]}"
             )
-        rows[name] = store.at[:size].set(jnp.asarray(value, store.dtype))
+        restored[name] = store.at[:size].set(jnp.asarray(value, store.dtype))
     return memory._replace(
-        **rows, size=jnp.asarray(size, jnp.int32), seen=jnp.asarray(seen, jnp.int32)
+        **restored, size=jnp.asarray(size, jnp.int32), seen=jnp.asarray(seen, jnp.int32)
     )

@@ -13,6 +13,12 @@ kernels [in, out] are transposed).
 `NetworkSpec.own_known_input=False` makes the network blind to the encoding's `own_known`
 block: `network_input` drops its columns before layer_0, so layer_0 is E - N wide (the
 torch MLP drops the same columns).
+
+`NetworkSpec.compute_dtype='bfloat16'` (config `network.compute_dtype`) is the usual mixed
+precision: the parameters stay float32 (optimizer, checkpoints and layouts unchanged), each
+Dense layer casts its input, kernel and bias to bfloat16 and computes in bfloat16, and
+`apply` casts the raw outputs back to float32, so heads, losses and gradients
+accumulate in float32. The torch MLP computes the same under bfloat16 autocast.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 Params = dict  # {"layer_0": {"kernel": [E, H], "bias": [H]}, ..., "output": {...}}
 HEADS = ("slot", "card")
+# network.compute_dtype: the dtype of the matmuls and activations (parameters stay float32).
+COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Position of the `own_known` card block in the encoding, in blocks of N (docs/game.md).
 OWN_KNOWN_BLOCK = CARD_BLOCKS.index("own_known")
 
@@ -67,6 +75,10 @@ class NetworkSpec:
             from before the block existed: networks with and without the feature can be
             compared on the same data, and parameters saved before it still load. The
             input `x` keeps its full width `input_size` either way.
+        compute_dtype: one of COMPUTE_DTYPES, what the forward computes in: 'float32', or
+            'bfloat16' (mixed precision: float32 parameters cast to bfloat16 for each
+            layer, float32 raw outputs; see the module doc). It changes no parameter or
+            shape, so parameters move freely between the two.
     """
 
     input_size: int
@@ -78,6 +90,7 @@ class NetworkSpec:
     n_cards: int = 0
     hand_size: int = 0
     own_known_input: bool = True
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         for name in ("input_size", "num_actions", "hidden_size", "num_layers"):
@@ -112,6 +125,11 @@ class NetworkSpec:
                 f"network.own_known_input=False needs the rules' n_cards (> 0, with the "
                 f"own_known block at {OWN_KNOWN_BLOCK} * n_cards inside input_size="
                 f"{self.input_size}), got n_cards={self.n_cards}"
+            )
+        if not isinstance(self.compute_dtype, str) or self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(
+                f"network.compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, got "
+                f"{self.compute_dtype!r}"
             )
 
     @property
@@ -152,9 +170,14 @@ class _MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.spec.activation]
+        # dtype: what Dense casts its input and parameters to and computes in;
+        # param_dtype keeps the stored parameters float32 whatever the compute dtype.
+        dense = functools.partial(
+            nn.Dense, dtype=COMPUTE_DTYPES[self.spec.compute_dtype], param_dtype=jnp.float32
+        )
         for i in range(self.spec.num_layers):
-            x = act(nn.Dense(self.spec.hidden_size, name=f"layer_{i}")(x))
-        return nn.Dense(self.spec.output_size, name="output")(x)
+            x = act(dense(self.spec.hidden_size, name=f"layer_{i}")(x))
+        return dense(self.spec.output_size, name="output")(x)
 
 
 def network_input(spec: NetworkSpec, x: jax.Array) -> jax.Array:
@@ -206,14 +229,16 @@ def apply(spec: NetworkSpec, params: Params, x: jax.Array) -> jax.Array:
     Args:
         spec: the network shape.
         params: parameters from `init_params` or `from_layout`.
-        x: [B, E] encodings (any float dtype; computed in float32), E = `spec.input_size`
-            whether or not the network reads the `own_known` block.
+        x: [B, E] encodings (any float dtype; computed in `spec.compute_dtype`), E =
+            `spec.input_size` whether or not the network reads the `own_known` block.
 
     Returns:
-        [B, A] float32 raw outputs (advantages or logits, read by the masked heads).
+        [B, A] float32 raw outputs (advantages or logits, read by the masked heads), also
+        when the layers compute in bfloat16.
     """
     x = jnp.asarray(x, jnp.float32)
-    raw = _MLP(spec).apply({"params": params}, network_input(spec, x))
+    # float32 from here on: the heads' softmax and the losses must not run in bfloat16.
+    raw = _MLP(spec).apply({"params": params}, network_input(spec, x)).astype(jnp.float32)
     if spec.head == "card":  # the hand block is block 0, never dropped
         return card_outputs_to_slots(spec, x, raw)
     return raw

@@ -9,6 +9,12 @@ parameters move between flax and torch with `mlp.to_layout` / `mlp.from_layout`.
 With `spec.own_known_input=False` the forward drops the encoding's `own_known` columns
 before layer_0, as `lc_cfr.nets.mlp.apply` does, so layer_0 is E - N wide in both.
 
+With `spec.compute_dtype='bfloat16'` the forward runs its layers under bfloat16 autocast
+(the Linear layers cast input, weight and bias to bfloat16, as the flax Dense layers do)
+and returns float32 outputs; the parameters stay float32. `run.use_amp` wraps the
+callers' forwards in the same autocast (weights.NetSet, torch_adapter), which is how a
+float32 spec computes in bfloat16 on the torch path only.
+
 The masked heads have the semantics of the flax ones: illegal actions are exactly 0 and
 a row without legal actions is all zeros, with no NaN in values or gradients.
 """
@@ -54,6 +60,7 @@ class TorchMLP(nn.Module):
         self._act = ACTIVATIONS[spec.activation]
         # Where the columns layer_0 does not read lie (see `forward`); None keeps them all.
         self._dropped = None if spec.own_known_input else spec.own_known_columns
+        self._bfloat16 = spec.compute_dtype == "bfloat16"
         for name, fan_in, fan_out in spec.layer_sizes():
             setattr(self, name, nn.Linear(fan_in, fan_out, dtype=torch.float32))
         self.reset_parameters(generator=generator)
@@ -70,11 +77,24 @@ class TorchMLP(nn.Module):
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Raw outputs [B, A] float32 from encodings [B, E] (any float dtype)."""
+        """Raw outputs [B, A] float32 from encodings [B, E] (any float dtype), computed
+        in `spec.compute_dtype` (float32 outputs either way, also under a caller's
+        autocast)."""
         x = x.to(torch.float32)
         if self._dropped is not None:
             start, stop = self._dropped
             x = torch.cat([x[..., :start], x[..., stop:]], dim=-1)
+        if not self._bfloat16:
+            return self._layers(x).to(torch.float32)
+        # Entered only for bfloat16: even a disabled autocast costs microseconds per call.
+        # No cast cache: inside a caller's autocast region (even a disabled one) the cache
+        # would outlive this forward and serve the next forward the bfloat16 copies of
+        # weights an optimizer step has changed since (each weight is cast once here anyway).
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=False):
+            out = self._layers(x)
+        return out.to(torch.float32)
+
+    def _layers(self, x: torch.Tensor) -> torch.Tensor:
         for i in range(self.spec.num_layers):
             x = self._act(getattr(self, f"layer_{i}")(x))
         return self.output(x)

@@ -165,6 +165,7 @@ class CheckpointStore:
         keep_every: int = 0,
         asynchronous: bool = True,
         read_only: bool = False,
+        primary_only: bool = False,
     ):
         """Opens the store.
 
@@ -174,13 +175,23 @@ class CheckpointStore:
                 newest (0: only the newest step is kept).
             asynchronous: write in the background (`wait` joins); False writes in `save`.
             read_only: open for reading only.
+            primary_only: process 0 of several writes alone (lc_cfr.train.distributed):
+                orbax otherwise meets every process at barriers in each save, and
+                refuses to create the directory for a subset of processes.
         """
         self.directory = pathlib.Path(directory).absolute()
+        if primary_only:
+            self.directory.mkdir(parents=True, exist_ok=True)
         if _QUIET not in logging.get_absl_logger().filters:
             logging.get_absl_logger().addFilter(_QUIET)
         if not read_only:
             _silence_closed_loop_callbacks()
         self.read_only = read_only
+        extra = {}
+        if primary_only:
+            extra["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
+                primary_host=0, active_processes={0}
+            )
         options = ocp.CheckpointManagerOptions(
             max_to_keep=None if read_only else 1,
             keep_period=keep_every if keep_every > 0 and not read_only else None,
@@ -188,9 +199,10 @@ class CheckpointStore:
             step_name_format=ocp.step.standard_name_format(
                 step_prefix="step", step_format_fixed_length=8
             ),
-            create=not read_only,
+            create=not read_only and not primary_only,
             cleanup_tmp_directories=not read_only,  # what a crash mid-save left
             read_only=read_only,
+            **extra,
         )
         self._manager = None
         if not read_only or self.directory.is_dir():

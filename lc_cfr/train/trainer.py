@@ -32,9 +32,10 @@ from lc_cfr.game.rules import Rules
 from lc_cfr.learn import Learner, make_optimizer
 from lc_cfr.learn import api as learn_api
 from lc_cfr.learn.learner import check_weighting
+from lc_cfr.memory import codec as memory_codec
 from lc_cfr.memory import reservoir
 from lc_cfr.nets import mlp
-from lc_cfr.train import anatomy, checkpoint, health
+from lc_cfr.train import anatomy, checkpoint, distributed, health
 from lc_cfr.train.metrics import MetricsWriter, Progress
 from lc_cfr.traversal import api
 from lc_cfr.traversal.registry import make_backend
@@ -56,6 +57,10 @@ RESUMABLE_CHANGES = (
     "traversal.interleave_width",
     "traversal.interleave_max_batch",
     "evaluation.",  # evaluations read the state, they never change it
+    "distributed.",  # processes and devices never change the samples (docs/scaling.md)
+    # how memories store and allocate rows: decoded rows and slots are the same either way
+    "memory.info_storage",
+    "memory.initial_rows",
 )
 # Fields that change nothing while the run does not use what they configure.
 VALUE_NETWORK_FIELDS = (
@@ -86,6 +91,7 @@ ADDED_FIELDS = {
     "traversal.epsilon_min": 0.05,
     "optimization.non_finite": "stop",
     "run.restart": False,
+    "network.compute_dtype": "float32",  # runs before it computed in float32
 }
 
 
@@ -139,6 +145,7 @@ def spec_from_config(config, rules: Rules) -> mlp.NetworkSpec:
         n_cards=rules.n_cards,
         hand_size=rules.hand_size,
         own_known_input=bool(config.network.own_known_input),
+        compute_dtype=config.network.get("compute_dtype", "float32"),
     )
 
 
@@ -208,8 +215,9 @@ def worker_settings_from_config(config) -> WorkerSettings:
 LEARNERS = ("optax", "torch")
 
 
-def learner_from_config(config, spec: mlp.NetworkSpec, kind: str):
-    """The `optimization.learner` for networks of `kind` ('advantage' or 'strategy')."""
+def learner_from_config(config, spec: mlp.NetworkSpec, kind: str, codec=None):
+    """The `optimization.learner` for networks of `kind` ('advantage' or 'strategy'),
+    reading memories stored by `codec` (default: float16 rows)."""
     opt = config.optimization
     if opt.learner not in LEARNERS:
         raise ValueError(f"optimization.learner must be one of {LEARNERS}, got {opt.learner!r}")
@@ -222,7 +230,7 @@ def learner_from_config(config, spec: mlp.NetworkSpec, kind: str):
         learning_rate=opt.learning_rate, weight_decay=opt.weight_decay, grad_clip=opt.grad_clip
     )
     if opt.learner == "optax":
-        return Learner(spec, kind=kind, optimizer=make_optimizer(**hyper), **sizes)
+        return Learner(spec, kind=kind, optimizer=make_optimizer(**hyper), codec=codec, **sizes)
     if spec.head != "slot":
         raise ValueError(
             f"network.head={spec.head!r} is implemented by the optax learner only; set "
@@ -236,7 +244,19 @@ def learner_from_config(config, spec: mlp.NetworkSpec, kind: str):
         device=config.run.device,
         use_amp=bool(config.run.use_amp),
         compile=bool(config.run.torch_compile),
+        codec=codec,
     )
+
+
+def _growing(add, codec):
+    """`add` (reservoir_add or window_add) jitted for `codec`, with the memory first
+    grown to hold the batch (`reservoir.reserve`); the old buffers are donated."""
+    jitted = jax.jit(functools.partial(add, codec=codec), donate_argnums=0)
+
+    def grow_and_add(memory, *args):
+        return jitted(reservoir.reserve(memory, args[-1].shape[0]), *args)
+
+    return grow_and_add
 
 
 def _names(text: str, field: str, valid) -> tuple[str, ...]:
@@ -381,13 +401,18 @@ class Trainer:
         sp = config.self_play
         if sp.league_size < 1 or sp.snapshot_every < 1:
             raise ValueError("self_play.league_size and self_play.snapshot_every must be >= 1")
+        self.codec = memory_codec.for_rules(self.rules, kind=config.memory.info_storage)
         self.advantage_learner, self.strategy_learner = (
-            learner_from_config(config, self.spec, kind) for kind in ("advantage", "strategy")
+            learner_from_config(config, self.spec, kind, codec=self.codec)
+            for kind in ("advantage", "strategy")
         )
         for field in ("advantage_capacity", "strategy_capacity"):
             if config.memory[field] < 1:
                 raise ValueError(f"memory.{field} must be >= 1, got {config.memory[field]}")
-        self._add = jax.jit(reservoir.reservoir_add, donate_argnums=0)
+        initial_rows = config.memory.initial_rows
+        if not isinstance(initial_rows, int) or isinstance(initial_rows, bool) or initial_rows < 0:
+            raise ValueError(f"memory.initial_rows must be an int >= 0, got {initial_rows!r}")
+        self._add = _growing(reservoir.reservoir_add, self.codec)
         self.value_learner = None
         if api.uses_value_network(self.options):
             if opt.learner != "optax":
@@ -400,6 +425,11 @@ class Trainer:
                     f"memory.value_capacity must be >= 1, got {config.memory.value_capacity}"
                 )
             self.value_spec = api.value_spec(self.rules, self.spec)
+            self.value_codec = memory_codec.for_rules(
+                self.rules,
+                kind=config.memory.info_storage,
+                extra_bits=self.value_spec.input_size - self.rules.encoding_size,
+            )
             self.value_learner = Learner(
                 self.value_spec,
                 kind="advantage",  # masked MSE, the mask holding the sampled action only
@@ -411,8 +441,9 @@ class Trainer:
                 batch_size=opt.value_batch_size,
                 num_updates=opt.value_updates,
                 weighting="uniform",  # the window already holds recent samples only
+                codec=self.value_codec,
             )
-            self._window_add = jax.jit(reservoir.window_add, donate_argnums=0)
+            self._window_add = _growing(reservoir.window_add, self.value_codec)
         self.evaluation = _evaluation_plan(config)
         if config.sd_cfr.snapshots < 0:
             raise ValueError(f"sd_cfr.snapshots must be >= 0, got {config.sd_cfr.snapshots}")
@@ -449,8 +480,9 @@ class Trainer:
         strategy_params, strategy_opt = self.strategy_learner.init(self.key(0, 2, 0))
         memory = lambda capacity: reservoir.reservoir_init(  # noqa: E731
             capacity=capacity,
-            encoding_size=self.rules.encoding_size,
             num_actions=self.rules.num_actions,
+            codec=self.codec,
+            rows=self._rows_for(0, capacity),
         )
         k = self.config.self_play.league_size
         league = jax.tree.map(lambda x: jnp.stack([x] * k), strategy_params)
@@ -511,12 +543,22 @@ class Trainer:
         if self.value_learner is None:
             return {}
         params, opt = self.value_learner.init(self.key(0, 3, 0))
+        capacity = self.config.memory.value_capacity
         memory = reservoir.reservoir_init(
-            capacity=self.config.memory.value_capacity,
-            encoding_size=self.value_spec.input_size,
+            capacity=capacity,
             num_actions=self.rules.num_actions,
+            codec=self.value_codec,
+            rows=self._rows_for(0, capacity),
         )
         return dict(value_params=params, value_opt=opt, value_memory=memory)
+
+    def _rows_for(self, size: int, capacity: int) -> int:
+        """Rows to allocate for `size` filled ones: memory.initial_rows doubled as often as
+        needed (the shapes `reservoir.reserve` grows through), at most the capacity."""
+        rows = self.config.memory.initial_rows or capacity
+        while rows < size:
+            rows *= 2
+        return max(1, min(rows, capacity))
 
     def networks(self, state: TrainState) -> api.Networks:
         k = self.config.self_play.league_size
@@ -662,6 +704,8 @@ class Trainer:
             strategy_memory
         )
         row["memory/strategy_seen"] = int(strategy_memory.seen)
+        memories = (*adv_memory, strategy_memory, value_memory)
+        row["memory/bytes"] = sum(x.nbytes for m in memories if m is not None for x in m)
 
         value_params, value_opt = state.value_params, state.value_opt
         if self.value_learner is not None:
@@ -851,7 +895,10 @@ class Trainer:
         def memory(name):
             prefix = name + "/"
             rows = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-            return reservoir.from_numpy(self._widen(rows))
+            codec = self.value_codec if name == "value_memory" else self.codec
+            rows = self._stored(self._widen(rows), codec)
+            size, capacity = int(rows.get("size", 0)), int(rows.get("capacity", 1))
+            return reservoir.from_numpy(rows, codec=codec, rows=self._rows_for(size, capacity))
 
         saved_key = arrays.get("rng/base_key")
         if saved_key is None or not np.array_equal(
@@ -894,7 +941,9 @@ class Trainer:
         n = self.rules.n_cards
         info = rows.get("info")
         wanted = (self.rules.encoding_size, engine.history_size(self.rules))
-        if info is None or info.shape[1] in wanted or info.shape[1] + n not in wanted:
+        if info is None or info.dtype != np.float16:  # packed rows came after own_known
+            return rows
+        if info.shape[1] in wanted or info.shape[1] + n not in wanted:
             return rows
         if self.spec.own_known_input:
             raise ValueError(
@@ -904,7 +953,25 @@ class Trainer:
         zeros = np.zeros((info.shape[0], n), info.dtype)
         return {**rows, "info": np.concatenate([info[:, : 7 * n], zeros, info[:, 7 * n :]], 1)}
 
+    def _stored(self, rows: dict, codec) -> dict:
+        """Memory rows saved in another storage than `codec`'s (memory.info_storage
+        changed, or float16 rows from before packing) in `codec`'s: the decoded values
+        are the same, so the run resumes exactly."""
+        info = rows.get("info")
+        if info is None or (info.dtype == codec.dtype and info.shape[1] == codec.width):
+            return rows
+        if info.dtype == np.float16:
+            values = info.astype(np.float32)
+        else:
+            packed = memory_codec.for_rules(
+                self.rules, kind="packed", extra_bits=codec.size - self.rules.encoding_size
+            )
+            values = packed.decode_numpy(info)
+        return {**rows, "info": codec.encode_numpy(values)}
+
     def save(self, state: TrainState, row: dict | None, on_saved=None) -> None:
+        if not distributed.is_writer():
+            return  # process 0 saves the state, which every process holds alike
         networks = (state.advantage_params, state.strategy_params, state.value_params)
         if not health.all_finite(networks):  # the checks above make this unreachable
             raise health.NonFiniteError(
@@ -918,7 +985,7 @@ class Trainer:
     def _open_checkpoints(self) -> checkpoint.CheckpointStore:
         """The run's checkpoint store, opened for writing on first use."""
         if self._checkpoints is None:
-            self._checkpoints = checkpoint.CheckpointStore(
+            self._checkpoints = distributed.checkpoint_store(
                 self.workdir / "checkpoints",
                 keep_every=self.config.checkpoint.save_every,
                 asynchronous=bool(self.config.checkpoint.asynchronous),
@@ -997,22 +1064,34 @@ class Trainer:
                 self._checkpoints = None
 
     def _run(self) -> TrainState:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self._check_resumable()
-        checkpoint.atomic_write_text(self.workdir / "config.json", self.config.to_json(indent=1))
-        self._open_checkpoints()
-        restored = self.restore()
-        if restored is None and not self.config.run.restart:
-            _refuse_to_restart(self.workdir)
+        writer = distributed.is_writer()  # with several processes, process 0 writes alone
+        restored = None
+        if writer:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self._check_resumable()
+            checkpoint.atomic_write_text(
+                self.workdir / "config.json", self.config.to_json(indent=1)
+            )
+            self._open_checkpoints()
+            restored = self.restore()
+            if restored is None and not self.config.run.restart:
+                _refuse_to_restart(self.workdir)
+        restored = distributed.share_restored(restored, self.initial_state)
         state, last_row = restored if restored else (self.initial_state(), None)
-        metrics = MetricsWriter(
-            self.workdir, tensorboard=self.config.logging.tensorboard, resume_after=state.iteration
+        metrics = (
+            MetricsWriter(
+                self.workdir,
+                tensorboard=self.config.logging.tensorboard,
+                resume_after=state.iteration,
+            )
+            if writer
+            else distributed.NullMetrics()
         )
         if last_row is not None and not _has_row(metrics.path, state.iteration):
             metrics.write(last_row)  # the checkpoint landed but its metrics row did not
         run = self.config.run
         progress = Progress(
-            total=run.max_iterations, initial=state.iteration, enabled=run.progress_bar
+            total=run.max_iterations, initial=state.iteration, enabled=run.progress_bar and writer
         )
         started = time.perf_counter()
         try:
@@ -1038,11 +1117,12 @@ class Trainer:
                 progress.update(row)
                 if run.max_minutes > 0 and time.perf_counter() - started > 60 * run.max_minutes:
                     break
-            store = self._open_checkpoints()
-            store.wait()  # a save still in flight is not listed yet
-            latest = store.latest()
-            if latest is None or latest < state.iteration:
-                self.save(state, None)  # stopped by max_minutes: never lose the progress
+            if writer:
+                store = self._open_checkpoints()
+                store.wait()  # a save still in flight is not listed yet
+                latest = store.latest()
+                if latest is None or latest < state.iteration:
+                    self.save(state, None)  # stopped by max_minutes: never lose the progress
         finally:
             if self._checkpoints is not None:
                 # the last saved iteration's row, once its save lands; reached with a

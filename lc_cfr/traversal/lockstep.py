@@ -22,8 +22,10 @@ RETURN (external sampling: handing a value up to the top stack frame) and ROLLOU
 (playing out a cut-off position). In outcome sampling all busy lanes start their
 traversals on steps divisible by 4 and advance one decision per step, so all lanes at a
 decision share the player to move and one network serves the whole batch. With several
-JAX devices the quota and the lanes are split into equal contiguous blocks, one per
-device (`jax.pmap`); the samples are the single-device ones.
+JAX devices (of one process or of several, `jax.distributed`) the quota and the lanes are
+split into equal contiguous blocks, one per device of a `sharding.lanes_mesh`: each
+device runs its block's loop inside `jax.shard_map` and the blocks' samples are gathered
+on every device; the samples are the single-device ones (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from lc_cfr.bots import BOT_NAMES
 from lc_cfr.bots.jax_bots import bot_action
@@ -40,6 +43,7 @@ from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
+from lc_cfr.traversal import sharding
 from lc_cfr.traversal.api import (
     Networks,
     Samples,
@@ -158,26 +162,33 @@ def run_traversals(
     Traversal j deals game `traverser * num_traversals + j` of (seed, iteration) and takes
     its random draws from random_bits(seed, iteration, that game, draw, purpose).
 
-    With several devices (`devices`, default: every local JAX device), device d runs the
-    contiguous block of traversals d * T/D ... with lanes/D lanes; since every traversal
-    owns its random stream and its sample slots, the result is the single-device one.
+    With several devices (`devices`, default: every JAX device of every process), device
+    d of the mesh runs the contiguous block of traversals d * T/D ... with lanes/D lanes;
+    since every traversal owns its random stream and its sample slots, the result is the
+    single-device one. It comes back on this process's first device, the same on every
+    process.
     """
     validate_options(options, rules)
-    devices = jax.local_device_count() if devices is None else devices
+    devices = sharding.device_count(devices)
     check_lanes(options, lanes, devices)
     words = (rng.as_word(seed), rng.as_word(iteration, "iteration"), jnp.int32(traverser))
-    if devices == 1:
+    if not sharding.sharded(devices):
         samples, stats = _run(rules, spec, options, lanes, networks, *words, jnp.int32(0))
     else:
         total = options.num_traversals
         shard = options._replace(num_traversals=total // devices)
-        offsets = jnp.arange(devices, dtype=jnp.int32) * (total // devices)
-        samples, stats = _run_sharded(
-            rules, spec, shard, lanes // devices, total, networks, *words, offsets
+        mesh = sharding.lanes_mesh(devices)
+        samples, stats = sharding.local_copy(
+            _run_sharded(
+                rules,
+                spec,
+                shard,
+                lanes // devices,
+                total,
+                mesh,
+                *sharding.replicate((networks, *words), mesh),
+            )
         )
-        # [D, S/D, ...] -> [S, ...]: device blocks are consecutive traversal blocks
-        samples = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), samples)
-        stats = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
     if int(stats.dropped_samples):  # slot bounds are proofs; a failure here is a bug
         raise RuntimeError(f"traversal dropped {int(stats.dropped_samples)} samples")
     return samples, stats
@@ -200,11 +211,26 @@ def _run(rules, spec, options, lanes, networks, seed, iteration, traverser, offs
     )
 
 
-_run_sharded = jax.pmap(
-    _traverse,
-    in_axes=(None, None, None, None, None, None, None, None, None, 0),
-    static_broadcasted_argnums=(0, 1, 2, 3, 4),
-)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _run_sharded(rules, spec, options, lanes, total, mesh, networks, seed, iteration, traverser):
+    """One block of `options.num_traversals` traversals per device of `mesh`; the samples
+    [S, ...] (device blocks in mesh order are consecutive traversal blocks) and the summed
+    statistics, replicated on every device."""
+
+    def block(networks, seed, iteration, traverser):
+        offset = jax.lax.axis_index(sharding.AXIS) * options.num_traversals
+        samples, stats = _traverse(
+            rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset
+        )
+        samples = jax.lax.all_gather(samples, sharding.AXIS, tiled=True)
+        return samples, jax.lax.psum(stats, sharding.AXIS)
+
+    # Each block runs its own while_loop: blocks finish at different steps and never
+    # wait for each other until the gather. The gather and the sum replicate the outputs,
+    # which the replication check does not infer (it counts all_gather's as varying).
+    return jax.shard_map(block, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)(
+        networks, seed, iteration, traverser
+    )
 
 
 class _Machine:
@@ -750,11 +776,12 @@ class _Machine:
 
 
 class JaxBackend:
-    """Option C: the lockstep traversal above, `lanes` traversals in flight per device."""
+    """Option C: the lockstep traversal above, `lanes` traversals in flight in all (lanes/D
+    on each of the D devices of every process)."""
 
     def __init__(self, *, rules: Rules, spec: mlp.NetworkSpec, options: TraversalOptions, lanes):
         validate_options(options, rules)
-        check_lanes(options, lanes, jax.local_device_count())  # checked at start-up
+        check_lanes(options, lanes, sharding.device_count(None))  # checked at start-up
         self.rules, self.spec, self.options, self.lanes = rules, spec, options, lanes
 
     def traverse(self, networks, *, seed, iteration, traverser, epsilon=None):

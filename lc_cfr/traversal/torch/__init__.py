@@ -24,5 +24,7 @@ class WorkerSettings(NamedTuple):
     interleave_max_batch: int  # traversal.interleave_max_batch (interleaved)
     league_size: int  # self_play.league_size: league snapshots published
     device: str = "cpu"  # run.device: where the torch networks run
-    use_amp: bool = False  # run.use_amp: bfloat16 autocast of the forwards
+    # run.use_amp: bfloat16 autocast of the forwards (a bfloat16 network.compute_dtype
+    # computes in bfloat16 without it, inside TorchMLP.forward)
+    use_amp: bool = False
     compile: bool = False  # run.torch_compile: torch.compile the networks

@@ -352,7 +352,9 @@ class NetSet:
             board: the board to read (owned or attached); NetSet does not close it.
             device: "cpu", "cuda" or "cuda:N" (see `resolve_device`).
             use_amp: run the forward under `torch.autocast(..., dtype=torch.bfloat16)`;
-                outputs are still returned as float32 (bfloat16 precision, though).
+                outputs are still returned as float32 (bfloat16 precision, though). A
+                spec with compute_dtype='bfloat16' computes in bfloat16 without it (in
+                `TorchMLP.forward`); use_amp is how a float32 spec does (`run.use_amp`).
             compile: optional: wrap each model in `torch.compile(dynamic=True)` the first
                 time its net id is evaluated (compiling costs seconds per net and needs a
                 working inductor toolchain; results equal the eager ones up to rounding).
