@@ -88,7 +88,8 @@ class BareStep:
     def __init__(self, learner: Learner, batch):
         self.batch = batch
 
-        def run(params, opt_state):
+        # the batch is an argument, not a constant XLA could fold into the step
+        def run(params, opt_state, batch):
             def step(carry, _):
                 params, opt_state = carry
                 loss, grads = jax.value_and_grad(learner.loss)(params, batch)
@@ -104,7 +105,7 @@ class BareStep:
         self._run = jax.jit(run)
 
     def train(self, params, opt_state, memory, key):  # the learner's signature; both unused
-        return self._run(params, opt_state)
+        return self._run(params, opt_state, self.batch)
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -142,6 +143,25 @@ def test_bench_iteration_reports_every_figure(tmp_path):
     assert result["speedup_vs_first"]["iteration_seconds"] == 1.0
     assert set(result["speedup_vs_predecessor"]) >= set(timings) - {"memory_add_seconds"}
     assert report["references"]["predecessor"]["iteration_seconds"] == 132.1
+
+
+def test_bench_learner_times_the_learner_beside_its_bare_step(tmp_path):
+    out = tmp_path / "learner.json"
+    _script(
+        "bench_learner.py",
+        "--config=configs/default.py:smoke",
+        "--variants=optax,bare",
+        "--updates=4",
+        "--repeats=1",
+        "--rows=600",
+        "--capacity=1000",
+        f"--json={out}",
+    )
+    report = json.loads(out.read_text())
+    figures = {r["variant"]: r for r in report["results"]}
+    assert set(figures) == {"optax", "bare"}
+    for r in figures.values():
+        assert r["updates_per_second"] > 0 and np.isfinite(r["float32_loss_after"])
 
 
 def test_bench_iteration_refuses_unknown_variants():
