@@ -21,6 +21,7 @@ import sys
 import ml_collections
 import numpy as np
 import pytest
+from cli_helpers import smoke_main
 
 from lc_cfr.train import checkpoint, distributed
 
@@ -83,17 +84,12 @@ def _free_port() -> int:
 
 
 def _command(workdir: pathlib.Path, iterations: int, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "lc_cfr.main",
-        "--config=configs/default.py:smoke",
-        f"--workdir={workdir}",
+    return smoke_main(
+        workdir,
         f"--config.run.max_iterations={iterations}",
         "--config.evaluation.eval_every=2",  # the sharded evaluation runs at iteration 2
-        "--config.logging.tensorboard=False",
         *extra,
-    ]
+    )
 
 
 def _train_pair(workdir: pathlib.Path, other: pathlib.Path, iterations: int, env: dict) -> None:

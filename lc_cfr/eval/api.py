@@ -178,30 +178,18 @@ def evaluate(
     for view, params in params_views.items():
         for opponent in opponents:
             start = time.perf_counter()
-            if view == SD_CFR:
-                result = _play_snapshots(
-                    rules,
-                    spec,
-                    agents[view],
-                    opponent,
-                    params,
-                    games=games,
-                    seed=seed,
-                    lanes=lanes,
-                    devices=devices,
-                )
-            else:
-                result = eval_games.play(
-                    rules,
-                    spec,
-                    agents[view],
-                    opponent,
-                    params,
-                    games=games,
-                    seed=seed,
-                    lanes=lanes,
-                    devices=devices,
-                )
+            play = _play_snapshots if view == SD_CFR else eval_games.play
+            result = play(
+                rules,
+                spec,
+                agents[view],
+                opponent,
+                params,
+                games=games,
+                seed=seed,
+                lanes=lanes,
+                devices=devices,
+            )
             metrics = _timed_metrics(result, time.perf_counter() - start)
             out.update({metric_key(view, opponent, k): v for k, v in metrics.items()})
     return out
