@@ -84,14 +84,13 @@ import tempfile
 import time
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import psutil
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from bench_learner import random_memory  # noqa: E402
 from bench_traversal import load_config  # noqa: E402
 from best_response import apply_overrides  # noqa: E402
 
@@ -207,7 +206,7 @@ def variant_config(config_arg: str, overrides: list[str], variant: str):
 
 
 def _status_kb(field: str) -> int | None:
-    """A `VmXXX` field of /proc/self/status in kB (None off Linux)."""
+    """A `Vm...` field of /proc/self/status (e.g. VmRSS) in kB; None off Linux."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -291,31 +290,14 @@ def iteration_figures(row: dict, config) -> dict:
 
 
 def fill_memories(trainer, state, seed: int = 0):
-    """`state` with every memory filled to its capacity with random rows (card bits and
-    small integers, as encodings are), as in a long run: what peak memory and the
-    learner's gathers cost with full memories. Built chunk by chunk in numpy and moved
-    to the device once, so the filling itself holds at most one memory twice."""
-    rng = np.random.default_rng(seed)
+    """`state` with every memory filled to its capacity with random rows
+    (`bench_learner.random_memory`), as in a long run: what peak memory and the learner's
+    gathers cost with full memories."""
+    actions = trainer.rules.num_actions
 
     def full(memory, codec):
-        capacity, actions = reservoir.capacity_of(memory), trainer.rules.num_actions
-        chunk = 65_536
-        parts = []
-        for start in range(0, capacity, chunk):
-            rows = min(chunk, capacity - start)
-            info = (rng.random((rows, codec.size)) < 0.1).astype(np.float32)
-            parts.append(codec.encode_numpy(info))
-        mask = rng.random((capacity, actions)) < 0.4
-        target = np.where(mask, rng.normal(size=(capacity, actions)), 0).astype(np.float32)
-        return reservoir.Reservoir(
-            info=jnp.asarray(np.concatenate(parts)),
-            mask=jnp.asarray(mask),
-            target=jnp.asarray(target),
-            iteration=jnp.asarray(rng.integers(1, 100, capacity).astype(np.int32)),
-            size=jnp.int32(capacity),
-            seen=jnp.int32(capacity),
-            capacity=jnp.int32(capacity),
-        )
+        capacity = reservoir.capacity_of(memory)
+        return random_memory(capacity, capacity, codec, actions, seed)
 
     codec = trainer.codec
     adv = tuple(full(m, codec) for m in state.advantage_memory)

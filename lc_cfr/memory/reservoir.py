@@ -114,6 +114,14 @@ def allocated_rows(memory: Reservoir) -> int:
     return memory.iteration.shape[0]
 
 
+def doubled_rows(rows: int, needed: int, capacity: int) -> int:
+    """`rows` doubled until it holds `needed` rows, at most `capacity` (at least 1): the
+    allocations a growing memory passes through."""
+    while rows < needed:
+        rows *= 2
+    return max(1, min(rows, capacity))
+
+
 def reserve(memory: Reservoir, incoming: int) -> Reservoir:
     """`memory` with room for `incoming` more offered rows: when the filled rows plus
     `incoming` could pass the allocation, the rows double (at least to that many, at
@@ -123,13 +131,9 @@ def reserve(memory: Reservoir, incoming: int) -> Reservoir:
     the add and the training step each).
     """
     rows, capacity = allocated_rows(memory), int(memory.capacity)
-    needed = min(int(memory.seen) + int(incoming), capacity)
-    if needed <= rows:
+    if int(memory.seen) + int(incoming) <= rows:
         return memory
-    grown = rows
-    while grown < needed:
-        grown *= 2
-    grown = min(grown, capacity)
+    grown = doubled_rows(rows, int(memory.seen) + int(incoming), capacity)
 
     def widen(store):
         bigger = jnp.zeros((grown,) + store.shape[1:], store.dtype)

@@ -555,10 +555,7 @@ class Trainer:
     def _rows_for(self, size: int, capacity: int) -> int:
         """Rows to allocate for `size` filled ones: memory.initial_rows doubled as often as
         needed (the shapes `reservoir.reserve` grows through), at most the capacity."""
-        rows = self.config.memory.initial_rows or capacity
-        while rows < size:
-            rows *= 2
-        return max(1, min(rows, capacity))
+        return reservoir.doubled_rows(self.config.memory.initial_rows or capacity, size, capacity)
 
     def networks(self, state: TrainState) -> api.Networks:
         k = self.config.self_play.league_size
