@@ -7,7 +7,9 @@ second in steady state (the compiled loop's second call; the first call's compil
 reported apart) and the forward-only limit of the same workload: one bare `mlp.apply`
 on a [H, E] batch (H = the loop's agent rows per step) run back to back in a jitted
 `lax.fori_loop` as many times as it takes to cover the agent decisions those games
-needed, no engine, no bot, no policy head. ratio = games/s / limit games/s.
+needed, no engine, no bot, no policy head. ratio = games/s / limit games/s. `bot us` is
+the bot's own decision timed alone: its vmapped `bot_action` on a [H] batch of states
+from random play (both phases, all stages of the game), per state.
 
     .venv/bin/python scripts/bench_eval.py [--games 1024] [--lanes 512] [--json out.json]
 """
@@ -26,7 +28,8 @@ import jax
 import jax.numpy as jnp
 
 from lc_cfr import eval as lc_eval
-from lc_cfr.bots import BOT_NAMES
+from lc_cfr.bots import BOT_NAMES, jax_bots
+from lc_cfr.game import random_play
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 
@@ -57,6 +60,34 @@ class ForwardLimit:
         return time.perf_counter() - start
 
 
+class BotAlone:
+    """`repeats` calls of the vmapped bot on a fixed [batch] of recorded states."""
+
+    def __init__(self, rules: Rules, name: str, batch: int, repeats: int = 20):
+        trajectory = random_play.record_random_games(rules, 0, 0, jnp.arange(8))
+        live = ~trajectory.states.terminal.reshape(-1)
+        states = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[live], trajectory.states)
+        take = jnp.arange(batch) % states.deck.shape[0]
+        self.states = jax.tree.map(lambda x: x[take], states)
+        self.batch, self.repeats = batch, repeats
+        games = jnp.arange(batch, dtype=jnp.int32)
+
+        def run(states):
+            def step(i, total):
+                actions = jax_bots.batch_bot_action(rules, name, states, 0, i, games, games)
+                return total + jnp.sum(actions)
+
+            return jax.lax.fori_loop(0, repeats, step, jnp.int32(0))
+
+        self.run = jax.jit(run)
+        jax.block_until_ready(self.run(self.states))
+
+    def us_per_state(self) -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(self.run(self.states))
+        return 1e6 * (time.perf_counter() - start) / (self.repeats * self.batch)
+
+
 def bench_opponent(rules, spec, agent, params, opponent, args) -> dict:
     def play():
         return lc_eval.play(
@@ -70,11 +101,13 @@ def bench_opponent(rules, spec, agent, params, opponent, args) -> dict:
     # one network per forward: `current` runs the mover's advantage network each step
     one_network = params[0] if isinstance(params, tuple) else params
     limit = ForwardLimit(spec, one_network, first.half_lanes, forwards)
-    # evaluation and limit timed alternately, so that both see the same machine load
-    evals, limits = [], []
+    bot = BotAlone(rules, opponent, first.half_lanes)
+    # evaluation, limit and bot timed alternately, so that all see the same machine load
+    evals, limits, bot_us = [], [], []
     for _ in range(args.repeats):
         evals.append(play().run_seconds)
         limits.append(limit.seconds())
+        bot_us.append(bot.us_per_state())
     ratios = [lim / ev for ev, lim in zip(evals, limits, strict=True)]
     seconds, limit_seconds = statistics.median(evals), statistics.median(limits)
     return {
@@ -93,6 +126,7 @@ def bench_opponent(rules, spec, agent, params, opponent, args) -> dict:
         "games_per_second": args.games / seconds,
         "forward_only_seconds": limit_seconds,
         "forward_us_per_state": 1e6 * limit_seconds / (forwards * first.half_lanes),
+        "bot_us_per_state": statistics.median(bot_us),
         "limit_games_per_second": args.games / limit_seconds,
         "ratio": statistics.median(ratios),
         "ratios": ratios,
@@ -104,7 +138,7 @@ def bench_opponent(rules, spec, agent, params, opponent, args) -> dict:
 def print_table(rows: list[dict]) -> None:
     header = (
         f"{'opponent':<22} {'games/s':>9} {'limit':>9} {'ratio':>6} {'agent dec/game':>14} "
-        f"{'rows used':>9} {'fwd us':>7} {'compile s':>9} {'length':>7} {'trunc':>6}"
+        f"{'rows used':>9} {'fwd us':>7} {'bot us':>7} {'compile s':>9} {'length':>7} {'trunc':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -113,7 +147,8 @@ def print_table(rows: list[dict]) -> None:
             f"{r['opponent']:<22} {r['games_per_second']:>9.1f} "
             f"{r['limit_games_per_second']:>9.1f} {r['ratio']:>6.2f} "
             f"{r['agent_decisions_per_game']:>14.1f} {r['forward_rows_used']:>9.2f} "
-            f"{r['forward_us_per_state']:>7.2f} {r['compile_seconds']:>9.1f} "
+            f"{r['forward_us_per_state']:>7.2f} {r['bot_us_per_state']:>7.3f} "
+            f"{r['compile_seconds']:>9.1f} "
             f"{r['length_mean']:>7.1f} {r['truncation_rate']:>6.2f}"
         )
 

@@ -114,10 +114,10 @@ def _view(rules: Rules, params: BotParams, state: engine.State) -> _View:
     my_exp, opp_exp = _mine_theirs(state.expedition_cards, p)
     my_known, opp_known = _mine_theirs(state.known_cards, p)
 
-    cards = jnp.arange(n, dtype=i32)
-    hand_set = jnp.any(hand[:, None] == cards[None, :], axis=0)
-    piles = state.discards.reshape(-1).astype(i32)
-    pile_set = jnp.any(piles[:, None] == cards[None, :], axis=0)
+    # card sets as bit words (the engine's encoding does the same): the [slots, N]
+    # comparisons they replace were the costliest part of a safe-family decision
+    hand_set = engine.card_set(hand, n)
+    pile_set = engine.card_set(state.discards, n)
     unseen = ~(hand_set | my_exp | opp_exp | pile_set | opp_known)
     unseen_total = jnp.sum(unseen, dtype=i32)
     unseen_ck = unseen.reshape(c, k)
@@ -147,7 +147,7 @@ def _view(rules: Rules, params: BotParams, state: engine.State) -> _View:
 
     rank_k = jnp.asarray(t.rank_k)
     value_k = jnp.asarray(t.value_k)
-    slot_unseen = jnp.any(onehot[:, :, None] & unseen_ck[None, :, :], axis=1)  # [H, K]
+    slot_unseen = jnp.take(unseen_ck, color, axis=0) & valid[:, None]  # [H, K]
     between = (rank_k[None, :] > slot_my_top[:, None]) & (rank_k[None, :] < rank[:, None])
     gap = jnp.sum(slot_unseen & between, axis=1, dtype=i32)
 

@@ -322,6 +322,11 @@ def _word_bits(words: jax.Array, n: int) -> jax.Array:
     return bits.reshape(-1)[:n].astype(jnp.bool_)
 
 
+def card_set(cards: jax.Array, n: int) -> jax.Array:
+    """[N] bool: which card ids occur in `cards` (any shape; ids >= N ignored)."""
+    return _word_bits(_card_words(cards, n), n)
+
+
 def observe(rules: Rules, state: State, player) -> jax.Array:
     """The information-state encoding of `player`, [8N + 7C + 5] float32 (docs/game.md)."""
     n, c, k = rules.n_cards, rules.n_colors, rules.cards_per_color
@@ -329,8 +334,8 @@ def observe(rules: Rules, state: State, player) -> jax.Array:
     my_hand, _ = _mine_theirs(state.hands, player)
     my_cards, their_cards = _mine_theirs(state.expedition_cards, player)
     my_known, their_known = _mine_theirs(state.known_cards, player)
-    hand = _word_bits(_card_words(my_hand, n), n)
-    in_pile = _word_bits(_card_words(state.discards, n), n)
+    hand = card_set(my_hand, n)
+    in_pile = card_set(state.discards, n)
     pile_cards = (jnp.arange(c) * k)[:, None] + jnp.arange(k)[None, :]  # [C, K]
     top_slot = jnp.maximum(state.pile_sizes - 1, 0)[:, None]
     top_card = jnp.take_along_axis(state.discards, top_slot, axis=1)  # [C, 1]
