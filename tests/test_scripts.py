@@ -91,6 +91,28 @@ def test_expeditions_follows_every_opened_expedition(tmp_path):
         _script("expeditions.py", f"--workdir={tmp_path / 'none'}")
     assert "does not exist" in failure.value.stderr
 
+    # the same run's strategy network refitted from scratch on its own memory, then
+    # both networks evaluated on the same deals
+    refit = tmp_path / "refit.json"
+    _script(
+        "refit_strategy.py",
+        f"--workdir={run}",
+        "--init=scratch",
+        "--updates=4",
+        "--batch=8",
+        "--opponents=passive_discard",
+        "--games=4",
+        f"--json={refit}",
+    )
+    result = json.loads(refit.read_text())
+    assert result["checkpoint"] == 1 and result["memory_rows"] > 0
+    assert result["init"] == "scratch" and result["updates"] == 4
+    assert set(result["before"]) == set(result["after"]) == {"passive_discard"}
+    assert np.isfinite(result["loss_first"]) and np.isfinite(result["loss_last"])
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("refit_strategy.py", f"--workdir={run}", "--weighting=cubic")
+    assert "--weighting must be one of" in failure.value.stderr
+
 
 def test_bench_checkpoint_times_every_format(tmp_path):
     out = tmp_path / "bench.json"

@@ -103,6 +103,17 @@ class PackedCodec:
         order[list(self.bit_columns + self.int_columns)] = np.arange(self.size)
         return order
 
+    @property
+    def order_runs(self) -> tuple[tuple[int, int], ...]:
+        """`order` as maximal runs of consecutive source columns: ((start, stop), ...)."""
+        order = [int(x) for x in self.order]
+        runs, start = [], 0
+        for i in range(1, len(order) + 1):
+            if i == len(order) or order[i] != order[i - 1] + 1:
+                runs.append((order[start], order[i - 1] + 1))
+                start = i
+        return tuple(runs)
+
     def encode(self, info: jax.Array) -> jax.Array:
         """[B, E] encodings -> [B, W] uint8 (jittable)."""
         info = jnp.asarray(info, jnp.float32)
@@ -129,7 +140,11 @@ class PackedCodec:
         code_bytes = stored[:, self.bit_bytes :].reshape(rows, len(self.int_columns), 2)
         codes = jax.lax.bitcast_convert_type(code_bytes, jnp.int16)
         values = codes.astype(jnp.float32) * jnp.asarray(self.int_scales, jnp.float32)
-        return jnp.concatenate([bits.astype(jnp.float32), values], axis=1)[:, self.order]
+        joined = jnp.concatenate([bits.astype(jnp.float32), values], axis=1)
+        # The column order as a few static slices, not a gather: XLA:CPU lays a column
+        # gather's output out transposed ([E, B]), and the first layer's dots on that
+        # layout cost about 7% of a training step (docs/performance.md, Learner).
+        return jnp.concatenate([joined[:, a:b] for a, b in self.order_runs], axis=1)
 
     def encode_numpy(self, info: np.ndarray) -> np.ndarray:
         """`encode` in numpy (checkpoints written before packing)."""

@@ -92,6 +92,10 @@ ADDED_FIELDS = {
     "optimization.non_finite": "stop",
     "run.restart": False,
     "network.compute_dtype": "float32",  # runs before it computed in float32
+    # how rows are stored and grown may change on resume (an older run's float16 rows
+    # are restored into this codec), so a saved config without them takes the defaults
+    "memory.info_storage": "packed",
+    "memory.initial_rows": 65_536,
 }
 
 

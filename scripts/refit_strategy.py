@@ -1,0 +1,145 @@
+"""Refits a run's average-strategy network on its own strategy memory, and evaluates both.
+
+Deep CFR's average strategy is a network fitted to the strategy memory. The trainer
+fits it a little every iteration, warm-started (`optimization.strategy_updates` of
+`strategy_batch_size`); Brown et al. (2019, arXiv:1811.00164) instead fit it once, from
+scratch, at the end. This script asks whether the trained network is under- or
+over-fitted: it restores checkpoint STEP of a run, trains the strategy network further
+(`--init warm`) or anew (`--init scratch`) with `--updates` updates of `--batch` rows of
+that checkpoint's strategy memory, under `--weighting` (training_weighting.mode), and
+plays the checkpoint's network and the refitted one against the same bots on the same
+mirrored deals (greedy), margin +- standard error.
+
+    .venv/bin/python scripts/refit_strategy.py --workdir RUN [--checkpoint STEP] \\
+        [--init warm|scratch] [--updates 4096] [--batch 1024] [--weighting lcfr] \\
+        [--opponents passive_discard,safe_heuristic] [--games 2000] [--seed 0] \\
+        [--json out.json]
+
+Nothing in the run directory is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import jax
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lc_cfr.eval.api import evaluate  # noqa: E402
+from lc_cfr.learn.learner import WEIGHTING_MODES  # noqa: E402
+from lc_cfr.train.trainer import Trainer, read_run_config  # noqa: E402
+
+INITS = ("warm", "scratch")
+
+
+def margins(row: dict, label: str) -> dict:
+    """{opponent: {mean, stderr, win_rate}} of view `label` in an evaluation row."""
+    out = {}
+    prefix = f"eval/{label}/"
+    for key, value in row.items():
+        if key.startswith(prefix) and key.endswith("/margin_mean"):
+            opponent = key[len(prefix) : -len("/margin_mean")]
+            out[opponent] = {
+                "mean": float(value),
+                "stderr": float(row[key.replace("margin_mean", "margin_stderr")]),
+                "win_rate": float(row.get(f"{prefix}{opponent}/win_rate", float("nan"))),
+            }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", required=True, help="run directory")
+    parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
+    parser.add_argument("--init", default="warm", choices=INITS)
+    parser.add_argument("--updates", type=int, default=4096)
+    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--weighting", default=None, help="default: the run's")
+    parser.add_argument("--opponents", default="passive_discard,safe_heuristic")
+    parser.add_argument("--games", type=int, default=2000, help="per opponent (even)")
+    parser.add_argument("--seed", type=int, default=0, help="evaluation seed")
+    parser.add_argument("--refit-seed", type=int, default=0, help="batches and fresh weights")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+
+    workdir = pathlib.Path(args.workdir)
+    if not (workdir / "config.json").exists():
+        raise SystemExit(f"--workdir: {workdir / 'config.json'} does not exist")
+    if args.updates < 1 or args.batch < 1:
+        raise SystemExit("--updates and --batch must be >= 1")
+    if args.weighting is not None and args.weighting not in WEIGHTING_MODES:
+        raise SystemExit(f"--weighting must be one of {list(WEIGHTING_MODES)}")
+    config = read_run_config(workdir / "config.json")
+    config.optimization.strategy_updates = args.updates
+    config.optimization.strategy_batch_size = args.batch
+    if args.weighting is not None:
+        config.training_weighting.mode = args.weighting
+    # no evaluation or exploitability schedule of the run's: this script evaluates
+    config.evaluation.eval_every = 0
+    config.evaluation.extended_eval_every = 0
+    config.evaluation.exploitability_every = 0
+    trainer = Trainer(config, workdir)
+    restored = trainer.restore(args.checkpoint)
+    if restored is None:
+        raise SystemExit(f"--workdir: no checkpoint in {workdir / 'checkpoints'}")
+    state, _ = restored
+    learner = trainer.strategy_learner
+    key = jax.random.PRNGKey(args.refit_seed)
+    if args.init == "scratch":
+        params, opt_state = learner.init(jax.random.fold_in(key, 1))
+    else:
+        params, opt_state = state.strategy_params, state.strategy_opt
+    start = time.perf_counter()
+    params, _, losses = learner.train(params, opt_state, state.strategy_memory, key)
+    jax.block_until_ready(params)
+    seconds = time.perf_counter() - start
+
+    def play(strategy_params) -> dict:
+        row = evaluate(
+            trainer.rules,
+            trainer.spec,
+            {"average_strategy": strategy_params},
+            opponents=tuple(args.opponents.split(",")),
+            games=args.games,
+            seed=args.seed,
+        )
+        return margins(row, "average_strategy")
+
+    result = {
+        "workdir": str(workdir),
+        "checkpoint": int(state.iteration),
+        "init": args.init,
+        "updates": args.updates,
+        "batch": args.batch,
+        "weighting": config.training_weighting.mode,
+        "memory_rows": int(state.strategy_memory.size),
+        "refit_seconds": seconds,
+        "loss_first": float(losses["loss_first"]),
+        "loss_last": float(losses["loss_last"]),
+        "games": args.games,
+        "before": play(state.strategy_params),  # the same deals for both
+        "after": play(params),
+    }
+    print(
+        f"checkpoint {result['checkpoint']} of {workdir}: {args.init} refit, {args.updates} "
+        f"updates of {args.batch} rows ({result['weighting']}) on {result['memory_rows']} "
+        f"rows in {seconds:.1f}s, loss {result['loss_first']:.4f} -> {result['loss_last']:.4f}"
+    )
+    for opponent in result["before"]:
+        b, a = result["before"][opponent], result["after"][opponent]
+        print(
+            f"  {opponent:<22} before {b['mean']:+7.2f} +- {b['stderr']:.2f}   "
+            f"after {a['mean']:+7.2f} +- {a['stderr']:.2f}"
+        )
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
