@@ -2,7 +2,7 @@
 
     python -m lc_cfr.evaluate --workdir=RUN [--checkpoint=STEP] [--opponents=a,b]
         [--games=N] [--views=average_strategy,current] [--mode=greedy|sampled]
-        [--seed=S] [--lanes=L] [--json=PATH] [--exploitability]
+        [--seed=S] [--lanes=L] [--json=PATH] [--exploitability] [--compute_dtype=bfloat16]
     python -m lc_cfr.evaluate --agent=safe_heuristic [--rules=n_colors=2,hand_size=3] ...
     python -m lc_cfr.evaluate --agent=openspiel_ismcts --opponents=random,safe_heuristic \
         --games=8 --rules=n_colors=2 [--openspiel_simulations=N]
@@ -30,6 +30,7 @@ decision. A pair with one of them is played one game at a time on the same deals
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -55,6 +56,7 @@ from lc_cfr.eval.api import (
 from lc_cfr.eval.metrics import summarize
 from lc_cfr.game import rng
 from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
 from lc_cfr.spiel import bots as spiel_bots
 
 ALL_OPPONENTS = ",".join(BOT_NAMES)
@@ -78,6 +80,12 @@ _SEED = flags.DEFINE_integer("seed", 0, "Evaluation seed (deals, sampled actions
 _LANES = flags.DEFINE_integer("lanes", None, "Games in flight at once (even).")
 _RULES = flags.DEFINE_string("rules", None, "With --agent: rules overrides, e.g. n_colors=2.")
 _JSON = flags.DEFINE_string("json", None, "Write the metrics to this JSON file.")
+_COMPUTE_DTYPE = flags.DEFINE_string(
+    "compute_dtype",
+    None,
+    "With --workdir: play the networks in this network.compute_dtype (float32 | bfloat16) "
+    "instead of the run's, e.g. to see what bfloat16 forwards cost in margin.",
+)
 _EXPLOITABILITY = flags.DEFINE_boolean(
     "exploitability", False, "Also the exact exploitability of each view (tiny variants)."
 )
@@ -102,6 +110,7 @@ class Request(NamedTuple):
     json: str | None
     exploitability: bool = False
     openspiel_simulations: int = spiel_bots.DEFAULT_SIMULATIONS
+    compute_dtype: str | None = None  # None: the run's network.compute_dtype
 
 
 def _names(text: str | None, flag: str) -> tuple[str, ...]:
@@ -148,6 +157,7 @@ def parse_request(
     json_path=None,
     exploitability=False,
     openspiel_simulations=spiel_bots.DEFAULT_SIMULATIONS,
+    compute_dtype=None,
 ) -> Request:
     """Checks the flag values; every error is an app.UsageError naming its flag."""
     if (workdir is None) == (agent is None):
@@ -173,6 +183,14 @@ def parse_request(
         raise app.UsageError("--checkpoint needs --workdir and must be >= 0")
     if exploitability and workdir is None:
         raise app.UsageError("--exploitability needs --workdir (a run)")
+    if compute_dtype is not None:
+        if workdir is None:
+            raise app.UsageError("--compute_dtype needs --workdir (a run's networks)")
+        if compute_dtype not in mlp.COMPUTE_DTYPES:
+            raise app.UsageError(
+                f"--compute_dtype must be one of {sorted(mlp.COMPUTE_DTYPES)}, "
+                f"got {compute_dtype!r}"
+            )
     if rules is not None and agent is None:
         raise app.UsageError("--rules is for --agent only: a run's rules come from its config")
     if workdir is not None and not (pathlib.Path(workdir) / "config.json").is_file():
@@ -191,6 +209,7 @@ def parse_request(
         json=json_path,
         exploitability=bool(exploitability),
         openspiel_simulations=simulations,
+        compute_dtype=compute_dtype,
     )
 
 
@@ -314,6 +333,9 @@ def run_request(request: Request) -> dict:
             raise app.UsageError(f"--checkpoint: {error}") from None
         except (FileNotFoundError, ValueError) as error:
             raise app.UsageError(f"--workdir {request.workdir}: {error}") from None
+        if request.compute_dtype is not None:
+            spec = dataclasses.replace(networks.spec, compute_dtype=request.compute_dtype)
+            networks = networks._replace(spec=spec)
         available = networks.policy_views()
         if SD_CFR in request.views and SD_CFR not in available:
             raise app.UsageError(
@@ -346,6 +368,7 @@ def run_request(request: Request) -> dict:
             mode=request.mode,
             fallback=fallback,
             rules=networks.rules.to_dict(),
+            compute_dtype=networks.spec.compute_dtype,
         )
     document["metrics"] = metrics
     if request.exploitability:
@@ -416,6 +439,7 @@ def _main(argv):
         json_path=_JSON.value,
         exploitability=_EXPLOITABILITY.value,
         openspiel_simulations=_SIMULATIONS.value,
+        compute_dtype=_COMPUTE_DTYPE.value,
     )
     cache = os.environ.get("LC_CFR_JAX_CACHE", os.path.expanduser("~/.cache/lc_cfr/jax"))
     jax.config.update("jax_compilation_cache_dir", cache)

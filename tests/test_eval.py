@@ -373,6 +373,22 @@ def test_cli_evaluates_a_trained_run(tmp_path):
         assert metrics[f"eval/{view}/noisy_safe/games"] == GAMES
     bad = _cli(f"--workdir={workdir}", "--checkpoint=7", "--games=4", check=False)
     assert bad.returncode != 0 and "--checkpoint" in bad.stderr
+    # the same networks played in bfloat16 forwards: greedy margins close to float32's
+    _cli(
+        f"--workdir={workdir}",
+        "--opponents=noisy_safe",
+        f"--games={GAMES}",
+        f"--lanes={LANES}",
+        f"--seed={SEED}",
+        "--views=average_strategy",
+        "--compute_dtype=bfloat16",
+        f"--json={out}",
+    )
+    bf16 = json.loads(out.read_text())
+    assert bf16["compute_dtype"] == "bfloat16" and document["compute_dtype"] == "float32"
+    assert bf16["metrics"]["eval/average_strategy/noisy_safe/games"] == GAMES
+    bad = _cli(f"--workdir={workdir}", "--compute_dtype=float8", check=False)
+    assert bad.returncode != 0 and "--compute_dtype must be one of" in bad.stderr
 
 
 @pytest.mark.slow
@@ -394,6 +410,7 @@ def test_cli_bot_against_bot(tmp_path):
         (["--agent=random", "--games=5"], "--games"),
         (["--agent=random", "--opponents=nobody"], "--opponents"),
         (["--games=4"], "--workdir"),
+        (["--agent=random", "--compute_dtype=bfloat16"], "--compute_dtype"),
     ]:
         bad = _cli(*flags, check=False)
         assert bad.returncode != 0 and name in bad.stderr.splitlines()[-1], (flags, bad.stderr)
