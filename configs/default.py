@@ -224,14 +224,15 @@ def _classic(config: ml_collections.ConfigDict) -> None:
 
 
 def _small(config: ml_collections.ConfigDict) -> None:
-    """A 3-colour game and a 128x2 network for learning experiments: about 30 s per
-    iteration on a 2-core CPU shared with a second run. 1024 advantage updates: 256 left
-    the networks underfit (docs/experiments.md, sections 7 and 8)."""
+    """A 3-colour game and a 128x2 network for learning experiments: 25-45 s an iteration
+    on a 2-core CPU. 1024 advantage updates (256 left the networks underfit), 4096
+    traversals per player (better in every run they were tried in) and the default's
+    2M-row memories (better than 300,000 in self-play): docs/experiments.md, 7 to 11."""
     config.rules.n_colors = 3
     config.rules.hand_size = 6
     config.rules.max_turns = 60
     config.run.max_iterations = 200
-    config.traversal.traversals_per_player = 2048
+    config.traversal.traversals_per_player = 4096
     config.traversal.lanes = 512
     config.network.hidden_size = 128
     config.network.num_layers = 2
@@ -239,8 +240,6 @@ def _small(config: ml_collections.ConfigDict) -> None:
     config.optimization.advantage_batch_size = 512
     config.optimization.strategy_updates = 128
     config.optimization.strategy_batch_size = 256
-    config.memory.advantage_capacity = 300_000
-    config.memory.strategy_capacity = 300_000
     config.memory.value_capacity = 50_000
     config.optimization.value_updates = 128
     config.optimization.value_batch_size = 256
