@@ -38,6 +38,17 @@ def test_packed_encodings_decode_bit_for_bit(rules):
     np.testing.assert_array_equal(codec.decode_numpy(np.asarray(stored)), info)
 
 
+@pytest.mark.parametrize("rules", [SMALL, CLASSIC], ids=["small", "classic"])
+def test_the_decode_permutes_columns_by_a_few_slices_not_a_gather(rules):
+    codec = cd.for_rules(rules)
+    runs = codec.order_runs
+    assert np.concatenate([np.arange(a, b) for a, b in runs]).tolist() == codec.order.tolist()
+    assert len(runs) <= 8  # the integer columns sit in a few blocks of the encoding
+    # a gather's output is laid out transposed by XLA:CPU (docs/performance.md, Learner)
+    hlo = jax.jit(codec.decode).lower(jnp.zeros((4, codec.width), jnp.uint8)).as_text()
+    assert "gather" not in hlo
+
+
 def test_the_default_encoding_takes_127_bytes_a_row_instead_of_1040():
     codec = cd.for_rules(CLASSIC)
     assert CLASSIC.encoding_size == 520
