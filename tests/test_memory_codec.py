@@ -121,6 +121,8 @@ def test_a_growing_packed_memory_equals_a_preallocated_float16_one():
         assert int(grown.seen) == int(full.seen) and int(grown.size) == int(full.size)
     assert shapes[0] == 64 and shapes[-1] == capacity and sorted(shapes) == shapes
     assert int(full.seen) > capacity  # Algorithm R's replacement draws were exercised
+    # at its capacity the memory is left as it is, not copied into the same shape again
+    assert rv.reserve(grown, batch) is grown
     np.testing.assert_array_equal(packed.decode_numpy(np.asarray(grown.info)), full.info)
     for name in ("mask", "target", "iteration"):
         np.testing.assert_array_equal(getattr(grown, name), getattr(full, name))

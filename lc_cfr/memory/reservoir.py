@@ -131,9 +131,11 @@ def reserve(memory: Reservoir, incoming: int) -> Reservoir:
     the add and the training step each).
     """
     rows, capacity = allocated_rows(memory), int(memory.capacity)
-    if int(memory.seen) + int(incoming) <= rows:
+    # a memory allocated to its capacity never grows, however many rows are offered
+    needed = min(int(memory.seen) + int(incoming), capacity)
+    if needed <= rows:
         return memory
-    grown = doubled_rows(rows, int(memory.seen) + int(incoming), capacity)
+    grown = doubled_rows(rows, needed, capacity)
 
     def widen(store):
         bigger = jnp.zeros((grown,) + store.shape[1:], store.dtype)
