@@ -6,12 +6,15 @@
 
 The defaults are the best setting of the learning campaign (docs/experiments.md):
 external sampling expanded at a decision drawn per traversal, a card-indexed output head,
-1024 traversals per player; the rest mirrors the predecessor's seeds (a 512x3 network,
-512 updates of batch 1024 per network, 2M-sample memories, evaluation every 25
-iterations, mirrored, 1000 games per opponent where the seeds had 100 unmirrored).
-Presets: `small` (3 colours, for experiments), `tiny` (exact exploitability), `smoke`
-(seconds), `classic` (Deep CFR as Brown et al. ran it: outcome sampling from the root and
-a slot head; every backend runs it). Only the trainer reads this file; every helper takes
+and, for the full game on a 2-core CPU, a 256x3 network with 2048 traversals per player
+(better at equal wall time than the predecessor's 512x3 with 1024: section 12); the rest
+mirrors the predecessor's seeds (512 updates of batch 1024 per network, 2M-sample
+memories, evaluation every 25 iterations, mirrored, 1000 games per opponent where the
+seeds had 100 unmirrored). Presets: `small` (3 colours, for experiments), `tiny` (exact
+exploitability), `smoke` (seconds), `classic` (Deep CFR as Brown et al. ran it: outcome
+sampling from the root and a slot head; every backend runs it), `wide` (the predecessor's
+512x3 network and 1024 traversals, which docs/performance.md measures against it). Only
+the trainer reads this file; every helper takes
 explicit arguments.
 """
 
@@ -57,7 +60,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # jax | recursive | interleaved | server (docs/design.md section 4)
     config.traversal.backend = "jax"
     # per player per iteration: each gives one expanded decision (external, sampled)
-    config.traversal.traversals_per_player = 1024
+    config.traversal.traversals_per_player = 2048
     config.traversal.lanes = 512  # jax: traversals in flight at once (lockstep)
     config.traversal.num_workers = 2  # torch backends: traversal processes; 0 = in-process
     config.traversal.worker_chunk_size = 32  # torch backends: traversals per worker task
@@ -111,7 +114,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.self_play.snapshot_every = 10  # iterations between snapshots
 
     config.network = ml_collections.ConfigDict()
-    config.network.hidden_size = 512  # units per hidden layer
+    config.network.hidden_size = 256  # units per hidden layer
     config.network.num_layers = 3  # hidden layers
     config.network.activation = "relu"  # relu | gelu | tanh | silu
     # Output head: slot (one output per action) | card (play / discard outputs per card id,
@@ -205,7 +208,13 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.distributed.process_id = 0  # this process: 0 .. num_processes - 1 (host:port)
     config.distributed.initialization_timeout = 300  # seconds to wait for every process
 
-    presets = {"smoke": _smoke, "small": _small, "tiny": _tiny, "classic": _classic}
+    presets = {
+        "smoke": _smoke,
+        "small": _small,
+        "tiny": _tiny,
+        "classic": _classic,
+        "wide": _wide,
+    }
     for name in filter(None, (part.strip() for part in preset.split(","))):
         if name not in presets:
             raise ValueError(f"unknown preset {name!r}; valid: {sorted(presets)}, comma-joined")
@@ -221,6 +230,14 @@ def _classic(config: ml_collections.ConfigDict) -> None:
     config.traversal.expand_at = "root"
     config.traversal.max_depth = 2
     config.network.head = "slot"
+
+
+def _wide(config: ml_collections.ConfigDict) -> None:
+    """The predecessor's sizes: a 512x3 network and 1024 traversals per player (the default
+    until 2026-12-01). docs/performance.md measures lc_cfr against the predecessor with
+    them (`wide,classic`: its estimator as well)."""
+    config.network.hidden_size = 512
+    config.traversal.traversals_per_player = 1024
 
 
 def _small(config: ml_collections.ConfigDict) -> None:

@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--variants", default="npz,orbax_sync,orbax_async")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    config = default_config.get_config()
+    config = default_config.get_config("wide")  # the sizes the recorded figures used
     networks, state = build(config, args.rows)
     size = sum(a.nbytes for a in (*networks.values(), *state.values()))
     results = {}

@@ -1,15 +1,16 @@
 """Evaluation throughput against every bot, side by side with its forward-only limit.
 
-The agent is the default network (512x3 ReLU, random initialisation) on the default
-rules, playing one policy view (`average_strategy` greedy unless told otherwise) against
-each bot in `lc_cfr.eval.play`'s lockstep loop. For each bot the script reports games per
-second in steady state (the compiled loop's second call; the first call's compile time is
-reported apart) and the forward-only limit of the same workload: one bare `mlp.apply`
-on a [H, E] batch (H = the loop's agent rows per step) run back to back in a jitted
-`lax.fori_loop` as many times as it takes to cover the agent decisions those games
-needed, no engine, no bot, no policy head. ratio = games/s / limit games/s. `bot us` is
-the bot's own decision timed alone: its vmapped `bot_action` on a [H] batch of states
-from random play (both phases, all stages of the game), per state.
+The agent is a network of the predecessor's size (512x3 ReLU, the `wide` preset's,
+random initialisation) on the default rules, playing one policy view (`average_strategy`
+greedy unless told otherwise) against each bot in `lc_cfr.eval.play`'s lockstep loop.
+For each bot the script reports games per second in steady state (the compiled loop's
+second call; the first call's compile time is reported apart) and the forward-only limit
+of the same workload: one bare `mlp.apply` on a [H, E] batch (H = the loop's agent rows
+per step) run back to back in a jitted `lax.fori_loop` as many times as it takes to
+cover the agent decisions those games needed, no engine, no bot, no policy head.
+ratio = games/s / limit games/s. `bot us` is the bot's own decision timed alone: its
+vmapped `bot_action` on a [H] batch of states from random play (both phases, all stages
+of the game), per state.
 
     .venv/bin/python scripts/bench_eval.py [--games 1024] [--lanes 512] [--json out.json]
 """

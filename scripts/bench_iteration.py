@@ -43,12 +43,14 @@ and against the predecessor:
   before the default changed (jax 108 s, interleaved 54.6 s, 7.1 to 7.2 GB) are of the
   same size. The issue did not record whether they include the first iteration.
 
-The default `--config` is therefore `configs/default.py:classic`, the modes every
-backend implements (docs/backends.md); `--config configs/default.py` measures the
-default estimator (expanded at a sampled decision, card head), which only `jax+optax`
-runs (the others are refused at start-up, and the table says so).
+The default `--config` is therefore `configs/default.py:wide,classic`, the modes every
+backend implements (docs/backends.md) at the predecessor's sizes (`wide`: 512x3, 1024
+traversals; the default's own sizes since 2026-12-01 are 256x3 and 2048);
+`--config configs/default.py:wide` measures the default estimator (expanded at a
+sampled decision, card head), which only `jax+optax` runs (the others are refused at
+start-up, and the table says so).
 
-    .venv/bin/python scripts/bench_iteration.py [--config configs/default.py:classic] \\
+    .venv/bin/python scripts/bench_iteration.py [--config configs/default.py:wide,classic] \\
         [--variants jax+optax,interleaved+optax] [--iterations 2] [--checkpoint] \\
         [--set traversal.num_workers=2 ...] [--variant-timeout SECONDS] [--json out.json]
     .venv/bin/python scripts/bench_iteration.py \\
@@ -99,7 +101,7 @@ from lc_cfr.train import Trainer  # noqa: E402
 from lc_cfr.train.trainer import LEARNERS  # noqa: E402
 from lc_cfr.traversal.registry import BACKENDS  # noqa: E402
 
-DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:classic"
+DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:wide,classic"
 DEFAULT_VARIANTS = "jax+optax,interleaved+optax"
 EXTRAS = ("amp", "compile")
 

@@ -74,7 +74,7 @@ from lc_cfr.traversal.registry import make_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 # the modes every backend implements (and the ones docs/performance.md measured)
-DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:classic"
+DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:wide,classic"
 LIMIT_DEFINITION = (
     "forward-only limit = lanes / seconds per forward; a forward is one mlp.apply of "
     "the config's network (random parameters) on a [lanes, E] float32 batch, timed as "

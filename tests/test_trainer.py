@@ -296,10 +296,17 @@ def test_league_keeps_the_last_snapshots_of_the_strategy_network(tmp_path):
 
 
 def test_presets_build_a_trainer(tmp_path):
-    for preset in ("", "small", "small,classic"):
+    for preset in ("", "small", "small,classic", "wide,classic"):
         config = default_config.get_config(preset)
         trainer = Trainer(config, tmp_path / (preset or "default"))
         assert trainer.options.num_traversals == config.traversal.traversals_per_player
+    # `wide` restores the predecessor's sizes, which docs/performance.md's figures used;
+    # `classic` changes only the estimator and head, so the two combine in either order.
+    for preset in ("wide,classic", "classic,wide"):
+        config = default_config.get_config(preset)
+        assert (config.network.hidden_size, config.network.num_layers) == (512, 3)
+        assert config.traversal.traversals_per_player == 1024
+        assert config.network.head == "slot"
     with pytest.raises(ValueError, match="unknown preset"):
         default_config.get_config("huge")
 
