@@ -14,8 +14,7 @@ seeds had 100 unmirrored). Presets: `small` (3 colours, for experiments), `tiny`
 exploitability), `smoke` (seconds), `classic` (Deep CFR as Brown et al. ran it: outcome
 sampling from the root and a slot head; every backend runs it), `wide` (the predecessor's
 512x3 network and 1024 traversals, which docs/performance.md measures against it). Only
-the trainer reads this file; every helper takes
-explicit arguments.
+the trainer reads this file; every helper takes explicit arguments.
 """
 
 import ml_collections
