@@ -1,12 +1,11 @@
 """The outcome-sampling estimator against exact regrets from the enumerated game tree.
 
-A tiny variant: one colour, ranks 2..8, hands of two, so three cards stay in the deck
-and the traverser (player 0) always has a real second turn; 1260 different deals (hands
-are sorted), with about 380 decisions in the tree of each. Both players follow fixed
-regret-matching policies from fixed advantage networks. For every deal the traversals
-meet, the whole tree is enumerated in float64: v(a) is the traverser's expected utility
-after root action a when both players then follow their policies, and the exact regret is
-r(a) = v(a) - sum_b sigma(b) v(b) (lc_cfr/traversal/policy.py, `outcome_targets`).
+The tiny variant of tests/game_tree.py (one colour, ranks 2..8, hands of two). Both players
+follow fixed regret-matching policies from fixed advantage networks. For every deal the
+traversals meet, the whole tree is enumerated in float64 with the tree's own regret
+matching: v(a) is the traverser's expected utility after root action a when both players
+then follow their policies, and the exact regret is r(a) = v(a) - sum_b sigma(b) v(b)
+(what lc_cfr/traversal/policy.py's `outcome_targets` must estimate).
 
 Given the deal, the rest of the game is deterministic but for the players' choices (the
 deck order is fixed at the deal), so the expectation of a root target given the deal is
@@ -22,23 +21,20 @@ weights W of the traverser's later decisions matter: with W forced to 1 the
 `negative_node_value` means move by more than 5 standard errors.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from game_tree import RULES, enumerate_tree, fixed_advantage_networks, traversal_decks
 from traversal_helpers import options
 
 from lc_cfr.game import engine
-from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import api, lockstep
 from lc_cfr.traversal import policy as pol
 
-RULES = Rules(n_colors=1, n_ranks=7, min_rank=2, n_wagers=0, hand_size=2, max_turns=6)
 # Blind to the own_known block: layer_0 then reads the 7-block encoding that NETWORK_KEY,
-# OUTPUT_GAIN and FIRST_TURN_SHIFT were chosen on, so the root policy still mixes.
+# game_tree.OUTPUT_GAIN and FIRST_TURN_SHIFT were chosen on, so the root policy still mixes.
 SPEC = mlp.NetworkSpec(
     input_size=RULES.encoding_size,
     num_actions=RULES.num_actions,
@@ -54,43 +50,21 @@ NUM_TRAVERSALS = 20_000
 LANES = 500
 EPSILON = 0.5
 UTILITY_SCALE = 16.0
-FALLBACK = "uniform"
+FALLBACK = "uniform"  # the tree's regret matching
 NETWORK_KEY = 3
-OUTPUT_GAIN = 3.0  # sharpens the advantages: later policies are peaked
-FIRST_TURN_SHIFT = 1.0  # added to every advantage on turn 0: the root policy mixes
-CHUNK = 4096  # states per jitted call of the enumeration (one compile per function)
 Z_AGREE = 4.0  # |mean difference| allowed, in standard errors
 Z_BIAS = 6.0  # `zero` must miss the exact regret by more, for some action
 
 
 def _fixed_networks() -> api.Networks:
-    """Flax-initialised advantage networks, with hidden unit 0 rewired to relu(1 - turn).
-
-    That unit is 1 on turn 0 and 0 afterwards, and its output weights add
-    FIRST_TURN_SHIFT to every action: the root advantages are positive, so regret matching
-    mixes over all root actions, while later nodes keep the network's sharp preferences.
-    """
-    turn = SPEC.first_layer_inputs - 1  # the last input is the encoding's turn * turn_scale
-    advantage = []
-    for key in jax.random.split(jax.random.PRNGKey(NETWORK_KEY), 2):
-        params = mlp.init_params(SPEC, key)
-        hidden, output = params["layer_0"], params["output"]
-        kernel = hidden["kernel"].at[:, 0].set(0.0).at[turn, 0].set(-1.0 / RULES.turn_scale)
-        advantage.append(
-            {
-                "layer_0": {"kernel": kernel, "bias": hidden["bias"].at[0].set(1.0)},
-                "output": {
-                    "kernel": (output["kernel"] * OUTPUT_GAIN).at[0].set(FIRST_TURN_SHIFT),
-                    "bias": output["bias"],
-                },
-            }
-        )
+    """game_tree's advantage networks and an untrained history value network."""
+    advantage = fixed_advantage_networks(SPEC, NETWORK_KEY)
     # an arbitrary (untrained) history value network: VR-MCCFR is unbiased whatever the
     # baseline, so its root targets must still average to the exact regret
     value = mlp.init_params(VALUE_SPEC, jax.random.PRNGKey(NETWORK_KEY + 1))
     value["output"]["bias"] = value["output"]["bias"] + 0.3
     return api.Networks(
-        advantage=tuple(advantage),
+        advantage=advantage,
         strategy=advantage[0],  # unused: opponent_policy is 'network'
         league=jax.tree.map(lambda x: x[None], advantage[0]),
         league_count=jnp.int32(1),
@@ -108,82 +82,6 @@ def _options(unsampled_regret: str, estimator: str = "importance") -> api.Traver
         utility_scale=UTILITY_SCALE,
         outcome_estimator=estimator,
     )
-
-
-# ----- the exact side: the whole tree, level by level ---------------------------------
-
-
-def _take(tree, index):
-    return jax.tree.map(lambda x: x[index], tree)
-
-
-@jax.jit
-def _mask_and_policy(states, advantage):
-    """Legal mask and the mover's regret-matching policy, computed as the traversal does."""
-    mask = jax.vmap(functools.partial(engine.legal_action_mask, RULES))(states)
-    mover = states.current_player
-    obs = jax.vmap(functools.partial(engine.observe, RULES))(states, mover)
-    match = jax.vmap(functools.partial(pol.regret_matching, fallback=FALLBACK))
-    sigmas = [
-        match(mlp.masked_advantages(mlp.apply(SPEC, params, obs), mask), mask)
-        for params in advantage
-    ]
-    return mask, jnp.where((mover == 0)[:, None], sigmas[0], sigmas[1])
-
-
-@jax.jit
-def _children(states, actions):
-    """The children, whether each is terminal, and the traverser's returns there."""
-    children = jax.vmap(functools.partial(engine.step, RULES))(states, actions)
-    returns = jax.vmap(functools.partial(engine.returns, RULES))(children)[:, TRAVERSER]
-    return children, children.terminal, returns
-
-
-def _batched(fn, rows: int, batched: tuple, *shared):
-    """fn(*batched, *shared) over `rows` rows in fixed-size chunks (one compile per fn).
-
-    The last chunk is padded by repeating the last row; the padding is cut off again.
-    """
-    outs = []
-    for low in range(0, rows, CHUNK):
-        index = np.minimum(np.arange(low, low + CHUNK), rows - 1)
-        outs.append(jax.device_get(fn(*_take(batched, index), *shared)))
-    return jax.tree.map(lambda *parts: np.concatenate(parts)[:rows], *outs)
-
-
-def exact_root_values(advantage, decks: np.ndarray):
-    """Enumerates the whole game of every deck.
-
-    Returns (sigma, values, mask), each [D, A]: the root policy of the player to move
-    (float64), v(a) = the traverser's expected utility after root action a when both
-    players follow their regret-matching policies (float64, 0 on illegal actions), and
-    the legal root actions.
-    """
-    factor = np.float64(api.utility_factor(UTILITY_SCALE))
-    frontier = jax.vmap(functools.partial(engine.init_from_deck, RULES))(jnp.asarray(decks))
-    levels = []  # per depth: (nodes, parent, action, sigma, child terminal, child returns)
-    count = len(decks)
-    while count:
-        mask, sigma = _batched(_mask_and_policy, count, (frontier,), advantage)
-        parent, action = np.nonzero(mask)  # one child per legal action
-        edges = (_take(frontier, parent), action.astype(np.int32))
-        children, terminal, returns = _batched(_children, len(parent), edges)
-        levels.append((count, parent, action, sigma.astype(np.float64), terminal, returns))
-        frontier = _take(children, np.flatnonzero(~terminal))
-        count = int(np.sum(~terminal))
-        assert len(levels) <= 2 * RULES.max_turns, "the game outlived max_turns"
-    below = None  # values of the nodes one level down, in frontier order
-    for count, parent, action, sigma, terminal, returns in reversed(levels):
-        child_value = returns.astype(np.float64) * factor
-        if below is not None:
-            child_value[~terminal] = below
-        values = np.zeros((count, RULES.num_actions))
-        values[parent, action] = child_value
-        below = np.sum(sigma * values, axis=1)
-    _, parent, action, root_sigma, _, _ = levels[0]
-    root_mask = np.zeros(values.shape, bool)
-    root_mask[parent, action] = True
-    return root_sigma, values, root_mask
 
 
 # ----- the sampled side and the comparison --------------------------------------------
@@ -219,22 +117,23 @@ class Estimates:
                 self.root_history = samples.value_info[roots]
         self.networks = nets
 
-        # traversal j deals game TRAVERSER * NUM_TRAVERSALS + j (run_traversals)
-        games = TRAVERSER * NUM_TRAVERSALS + np.arange(NUM_TRAVERSALS)
-        decks = np.array(jax.vmap(lambda g: engine.deal_order(RULES, SEED, g, ITERATION))(games))
-        # hands are sorted at the deal, so orders differing only within a hand are one game
-        h = RULES.hand_size
-        decks[:, :h] = np.sort(decks[:, :h], axis=1)
-        decks[:, h : 2 * h] = np.sort(decks[:, h : 2 * h], axis=1)
-        self.decks, self.deal = np.unique(decks, axis=0, return_inverse=True)
-        self.deal = self.deal.reshape(-1)
+        self.decks, self.deal = traversal_decks(SEED, ITERATION, TRAVERSER, NUM_TRAVERSALS)
         roots_obs = jax.vmap(
             lambda d: engine.observe(RULES, engine.init_from_deck(RULES, d), TRAVERSER)
         )(jnp.asarray(self.decks))
         self.root_obs = np.asarray(roots_obs)[self.deal]
-        sigma, values, mask = exact_root_values(nets.advantage, self.decks)
-        self.deck_sigma = sigma
-        self.sigma, self.values, self.mask = sigma[self.deal], values[self.deal], mask[self.deal]
+        root = enumerate_tree(
+            RULES,
+            SPEC,
+            nets.advantage,
+            self.decks,
+            traverser=TRAVERSER,
+            utility_scale=UTILITY_SCALE,
+        )[0]
+        self.deck_sigma = root.sigma
+        self.sigma, self.values, self.mask = (
+            x[self.deal] for x in (root.sigma, root.values, root.mask)
+        )
         node_value = np.sum(self.sigma * self.values, axis=1, keepdims=True)
         self.expected = {
             "negative_node_value": np.where(self.mask, self.values - node_value, 0.0),
