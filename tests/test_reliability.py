@@ -15,7 +15,7 @@ import time
 
 import chex
 import pytest
-from cli_helpers import cli_env, smoke_main
+from cli_helpers import assert_same_checkpoints, cli_env, smoke_main
 
 from lc_cfr.train import Trainer, checkpoint
 from lc_cfr.train.saved_networks import load_saved_networks
@@ -224,31 +224,124 @@ def test_a_full_disk_during_a_save_is_one_line_and_loses_nothing(tmp_path):
     chex.assert_trees_all_equal(saved.strategy, whole.strategy_params)
 
 
+_STEP = re.compile(r"step_(\d{8})")
+_RESUMED = re.compile(r"resuming from checkpoint (\d+)|no checkpoint: starting at iteration 0")
+
+
+def _finalised(workdir) -> int:
+    """The newest finalised checkpoint step (0 without one), listed as a resuming run
+    lists it: orbax renames a step into place once it is whole."""
+    directory = workdir / "checkpoints"
+    names = [path.name for path in directory.glob("step_*")] if directory.is_dir() else []
+    return max((int(m.group(1)) for name in names if (m := _STEP.fullmatch(name))), default=0)
+
+
+def _saving(workdir) -> bool:
+    """Whether orbax's temporary directory of a step being written exists."""
+    return any((workdir / "checkpoints").glob("*.orbax-checkpoint-tmp*"))
+
+
+def _resumed_from(stderr: str) -> int | None:
+    """The step the trainer's resume record names (0: started afresh; None: killed
+    before it got that far)."""
+    found = _RESUMED.search(stderr)
+    return None if found is None else int(found.group(1) or 0)
+
+
+# What kills each of the three processes, in order: ("save", n) once it has finalised n
+# steps of its own, as soon as the next save's temporary directory exists; ("delay", n)
+# a seeded 0 to 0.6 s after its n-th step (in an iteration or a save); ("startup", None)
+# a seeded 0.5 to 3 s after it started (importing, compiling, restoring). The kills
+# follow the run's progress, not the clock, so whatever the machine's speed the first
+# one comes after a save, each 'save' and 'delay' kill after the process saved a step
+# of its own, and none lets a process reach the last iteration. (n >= 1 also
+# keeps a 'save' kill off the temporary directory a killed predecessor left behind,
+# which stays until the next writer opens the run.)
+KILLS = (("save", 1), ("delay", 1), ("startup", None))
+
+
+def _train_until_killed(workdir, iterations, policy, new_steps, rng) -> dict:
+    """Runs `lc_cfr.main` until `policy` kills it (or it ends); what happened."""
+    at_start = _finalised(workdir)
+    process = _cli(workdir, iterations)
+    started = time.monotonic()
+    kill_at = started + rng.uniform(0.5, 3.0) if policy == "startup" else None
+    delay = rng.uniform(0.0, 0.6)
+    while process.poll() is None and time.monotonic() - started < 300:
+        now = time.monotonic()
+        saved = _finalised(workdir) - at_start
+        if policy != "startup" and saved >= new_steps:
+            if policy == "save" and (_saving(workdir) or saved > new_steps):  # or unseen
+                break
+            kill_at = kill_at or now + delay
+        if kill_at is not None and now >= kill_at:
+            break
+        time.sleep(0.01)
+    before = _finalised(workdir)  # listed just before the signal
+    killed = process.poll() is None
+    if killed:
+        process.send_signal(signal.SIGKILL)
+    _, stderr = process.communicate(timeout=600)
+    return dict(
+        policy=policy,
+        killed=killed,
+        at_start=at_start,
+        before=before,
+        after=_finalised(workdir),  # the process is gone: what the next one finds
+        resumed=_resumed_from(stderr),
+        returncode=process.returncode,
+        stderr=stderr[-2000:],
+    )
+
+
 @pytest.mark.slow
 def test_sigkill_at_any_moment_resumes_to_the_same_run(tmp_path):
     """Kills `lc_cfr.main` with SIGKILL while it trains and saves (asynchronously),
-    resumes it each time, and compares the end with an uninterrupted run."""
+    resumes it each time, and compares the end with an uninterrupted run: every array of
+    the last checkpoint (networks, optimiser states, memories) and the metrics rows.
+
+    Each process's resume record (the trainer's log line) must name the newest step
+    that was finalised when it started, which is the newest step listed just before the
+    previous kill, or the one after it: a save whose rename lands between the listing
+    and the signal is whole on disk, so the run rightly goes on from it."""
     workdir = tmp_path / "run"
     rng = random.Random(0)
-    kills = 0
-    for delay in (rng.uniform(6, 12) for _ in range(4)):
-        process = _cli(workdir, 8)
-        started = time.monotonic()
-        while process.poll() is None and time.monotonic() - started < delay:
-            tmp = list((workdir / "checkpoints").glob("*.orbax-checkpoint-tmp"))
-            if tmp and rng.random() < 0.5:  # inside a save
-                break
-            time.sleep(0.02)
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            kills += 1
-        process.communicate(timeout=600)
-    assert kills >= 2
-    finished = _cli(workdir, 8)
-    _, stderr = finished.communicate(timeout=600)
-    assert finished.returncode == 0, stderr[-2000:]
+    # the uninterrupted run, beside the killed ones (one process uses about one core)
+    uninterrupted = _cli(tmp_path / "whole", 8)
+    try:
+        runs = [_train_until_killed(workdir, 8, policy, n, rng) for policy, n in KILLS]
+        finished = _cli(workdir, 8)
+        _, stderr = finished.communicate(timeout=600)
+        assert finished.returncode == 0, stderr[-2000:]
+        _, reference_stderr = uninterrupted.communicate(timeout=600)
+        assert uninterrupted.returncode == 0, reference_stderr[-2000:]
+    finally:
+        if uninterrupted.poll() is None:
+            uninterrupted.kill()
+            uninterrupted.communicate()
+    runs.append(dict(policy="finish", killed=False, at_start=runs[-1]["after"]))
+    runs[-1].update(resumed=_resumed_from(stderr), after=_finalised(workdir))
+    brief = [{k: v for k, v in run.items() if k != "stderr"} for run in runs]
+    assert all(run["killed"] for run in runs[:-1]), brief  # none finished on its own
+    # every kill came after a save, and those of 'save' and 'delay' after this
+    # process's own: not one of them is a restart from scratch
+    assert all(run["before"] > 0 for run in runs[:-1]), brief
+    for run in runs[:-1]:
+        assert run["policy"] == "startup" or run["before"] > run["at_start"], brief
+    for killed, following in zip(runs[:-1], runs[1:], strict=True):
+        assert killed["after"] in (killed["before"], killed["before"] + 1), brief
+        assert following["at_start"] == killed["after"], brief
+    # each process's resume record names the step it found; a process killed before
+    # writing its record saved nothing either, so the next one finds the same step
+    for run in runs:
+        assert run["resumed"] in (None, run["at_start"]), (brief, run.get("stderr"))
+    assert runs[0]["resumed"] == 0 and runs[-1]["resumed"] == runs[-2]["after"] > 0, brief
+    assert sum(bool(run["resumed"]) for run in runs) >= 2, brief  # went on from a step
     assert _rows(workdir) == list(range(1, 9))
-    whole = _reference_run(tmp_path / "whole", 8)
+    whole = load_saved_networks(tmp_path / "whole")
     saved = load_saved_networks(workdir)
-    chex.assert_trees_all_equal(saved.strategy, whole.strategy_params)
-    chex.assert_trees_all_equal(saved.advantage, whole.advantage_params)
+    assert saved.iteration == whole.iteration == 8
+    chex.assert_trees_all_equal(saved.strategy, whole.strategy)
+    chex.assert_trees_all_equal(saved.advantage, whole.advantage)
+    compared = assert_same_checkpoints(tmp_path / "whole", workdir, 8)
+    assert any(name.startswith("strategy_memory/") for name in compared)

@@ -5,6 +5,9 @@ Each test runs in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_c
 CPU shows four devices (chex.assert_devices_available checks them). The sharded and the
 single-device runs are compared bit for bit with `chex.assert_trees_all_equal`: the
 whole Samples pytree at once (a failure names the field) and the statistics as a dict.
+Every device must also have done its share: its own counts (the traversal's decisions,
+forwarded states and loop steps; an evaluation's forwarded rows) are non-zero and sum
+to the single-device figures, so a mesh that left devices idle would fail.
 """
 
 import os
@@ -21,6 +24,8 @@ from lc_cfr.traversal import lockstep
 assert jax.local_device_count() == 4, jax.devices()
 chex.assert_devices_available(4, "cpu")
 STATS = ("nodes", "terminals", "truncations", "endpoint_depth_sum", "policy_calls")
+WORK = ("nodes", "policy_calls")  # each device's share sums to the single-device figure
+LOOP = ("steps", "forward_batches")  # each device's own loop: they sum to the run's
 nets = networks(seed=3)
 MODES = {
     "outcome": dict(sampling_mode="outcome"),
@@ -31,14 +36,23 @@ MODES = {
 for mode, overrides in MODES.items():
     opts = options(num_traversals=8, **overrides)
     run = lambda n: lockstep.run_traversals(
-        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n)
-    one, one_stats = jax.device_get(run(1))
+        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n,
+        per_device=True)
+    one, one_stats, one_devices = jax.device_get(run(1))
+    for name in WORK + LOOP:  # one device: its share is the whole
+        assert getattr(one_devices, name).tolist() == [int(getattr(one_stats, name))], name
     for n in (2, 4) if mode in ("outcome", "external") else (4,):
-        samples, stats = run(n)
+        samples, stats, devices = run(n)
         # the whole result is on this process's first device, ready for the learner
-        leaves = jax.tree.leaves((samples, stats))
+        leaves = jax.tree.leaves((samples, stats, devices))
         assert all(x.devices() == {jax.devices()[0]} for x in leaves), mode
-        samples, stats = jax.device_get((samples, stats))
+        samples, stats, devices = jax.device_get((samples, stats, devices))
+        for name in WORK + LOOP:  # every device worked, and the shares add up
+            share = getattr(devices, name)
+            assert share.shape == (n,) and share.min() > 0, (mode, n, name, share)
+            assert share.sum() == getattr(stats, name), (mode, n, name, share)
+        for name in WORK:
+            assert getattr(devices, name).sum() == getattr(one_stats, name), (mode, n, name)
         chex.assert_trees_all_equal(one, samples, custom_message=f"{mode} on {n}")
         chex.assert_trees_all_equal(
             {name: int(getattr(one_stats, name)) for name in STATS},
@@ -73,11 +87,20 @@ for name, (agent, params) in AGENTS.items():
                                        seed=9, lanes=lanes, first_deal=3, devices=n)
     one = play(1, 8)
     assert one.records.decisions.min() > 0, name
+    assert one.device_rows == (one.rows,), name
     for n, lanes in ((2, 8), (4, 16)):
         result = play(n, lanes)
         chex.assert_trees_all_equal(
             one.records._asdict(), result.records._asdict(), custom_message=f"{name} on {n}")
         assert result.half_lanes == max(1, min(lanes // 2 // n, -(-7 // n))) * n
+        # every device ran its own loop over agent rows, and the rows add up
+        assert len(result.device_rows) == n and min(result.device_rows) > 0, (name, n)
+        assert sum(result.device_rows) == result.rows, (name, n)
+        # device d played deals d B ... (d + 1) B - 1: its games' decisions are its share
+        block = -(-7 // n)
+        shares = [int(result.records.decisions[:, d * block : (d + 1) * block].sum())
+                  for d in range(n)]
+        assert min(shares) > 0 and sum(shares) == int(one.records.decisions.sum()), shares
 print("EVAL SHARDING OK")
 """
 

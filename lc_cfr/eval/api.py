@@ -89,6 +89,7 @@ def _play_snapshots(
         results[0].half_lanes,
         sum(r.compile_seconds for r in results),
         sum(r.run_seconds for r in results),
+        tuple(sum(rows) for rows in zip(*(r.device_rows for r in results), strict=True)),
     )
 
 

@@ -143,6 +143,7 @@ class PlayResult(NamedTuple):
     half_lanes: int  # H: lanes per seat on all devices, the rows of every step before the tail
     compile_seconds: float  # tracing and compiling in this call (0 when cached)
     run_seconds: float  # running the compiled evaluation, results on the host
+    device_rows: tuple[int, ...] = ()  # each device's share of `rows`, in mesh order
 
 
 # ----- the jitted loop ---------------------------------------------------------------
@@ -381,8 +382,8 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
 
 def _run_blocks(rules, spec, agent, opponent, block, half, mesh, params, seed, first_deal):
     """`_run` on every device of `mesh`, device d playing deals first_deal + d * block ...;
-    the records [2, D * block] (device blocks in mesh order), the longest loop's steps and
-    the total rows, replicated on every device."""
+    the records [2, D * block] (device blocks in mesh order), the longest loop's steps,
+    the total rows and every device's rows [D], replicated on every device."""
 
     def one(params, seed, first_deal):
         index = jax.lax.axis_index(sharding.AXIS)
@@ -393,7 +394,12 @@ def _run_blocks(rules, spec, agent, opponent, block, half, mesh, params, seed, f
             name: jax.lax.all_gather(x, sharding.AXIS, axis=1, tiled=True)
             for name, x in records.items()
         }
-        return records, jax.lax.pmax(steps, sharding.AXIS), jax.lax.psum(rows, sharding.AXIS)
+        steps, rows, device_rows = (
+            jax.lax.pmax(steps, sharding.AXIS),
+            jax.lax.psum(rows, sharding.AXIS),
+            sharding.per_device(rows),
+        )
+        return records, steps, rows, device_rows
 
     # The gather and the reductions replicate the outputs, which the replication check
     # does not infer (it counts all_gather's as varying).
@@ -507,14 +513,22 @@ def play(
         _COMPILED[key] = compiled
         compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    records, steps, rows = compiled(*args)
     if mesh is not None:
-        records, steps, rows = sharding.local_copy((records, steps, rows))
+        records, steps, rows, device_rows = sharding.local_copy(compiled(*args))
+    else:
+        records, steps, rows = compiled(*args)
+        device_rows = rows[None]
     records = jax.device_get(records)
     run_seconds = time.perf_counter() - start
     out = {name: np.asarray(records[name])[:, :deals] for name in GameRecords._fields}
     for name in ("truncated", "illegal"):
         out[name] = out[name].astype(bool)
     return PlayResult(
-        GameRecords(**out), int(steps), int(rows), half * devices, compile_seconds, run_seconds
+        GameRecords(**out),
+        int(steps),
+        int(rows),
+        half * devices,
+        compile_seconds,
+        run_seconds,
+        tuple(int(x) for x in jax.device_get(device_rows)),
     )

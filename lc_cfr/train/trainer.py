@@ -1079,6 +1079,12 @@ class Trainer:
                 _refuse_to_restart(self.workdir)
         restored = distributed.share_restored(restored, self.initial_state)
         state, last_row = restored if restored else (self.initial_state(), None)
+        # the resume record (docs/reliability.md): the step this process goes on from
+        if restored:
+            where = self.workdir / "checkpoints" if writer else "process 0's state"
+            logging.info("resuming from checkpoint %d (%s)", state.iteration, where)
+        else:
+            logging.info("no checkpoint: starting at iteration 0")
         metrics = (
             MetricsWriter(
                 self.workdir,

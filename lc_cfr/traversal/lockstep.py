@@ -60,6 +60,9 @@ from lc_cfr.traversal.api import (
 )
 
 IDLE, DECIDE, RETURN, ROLLOUT = 0, 1, 2, 3
+# Statistics the backend also reports per device (`<name>_device<d>`, docs/scaling.md):
+# decisions and forwarded states sum to the single-device run's, loop steps to the run's.
+DEVICE_STATS = ("nodes", "policy_calls", "steps")
 
 
 class _Lanes(NamedTuple):
@@ -155,7 +158,8 @@ def run_traversals(
     iteration,
     traverser,
     devices: int | None = None,
-) -> tuple[Samples, TraversalStats]:
+    per_device: bool = False,
+) -> tuple[Samples, TraversalStats] | tuple[Samples, TraversalStats, TraversalStats]:
     """Runs the iteration's `options.num_traversals` traversals for `traverser`, `lanes`
     of them in flight at once (how many never changes the samples).
 
@@ -166,7 +170,8 @@ def run_traversals(
     d of the mesh runs the contiguous block of traversals d * T/D ... with lanes/D lanes;
     since every traversal owns its random stream and its sample slots, the result is the
     single-device one. It comes back on this process's first device, the same on every
-    process.
+    process. With `per_device`, a third result holds every device's own statistics
+    (leaves [D], in mesh order; they sum to the second).
     """
     validate_options(options, rules)
     devices = sharding.device_count(devices)
@@ -174,11 +179,12 @@ def run_traversals(
     words = (rng.as_word(seed), rng.as_word(iteration, "iteration"), jnp.int32(traverser))
     if not sharding.sharded(devices):
         samples, stats = _run(rules, spec, options, lanes, networks, *words, jnp.int32(0))
+        device_stats = jax.tree.map(lambda x: x[None], stats)
     else:
         total = options.num_traversals
         shard = options._replace(num_traversals=total // devices)
         mesh = sharding.lanes_mesh(devices)
-        samples, stats = sharding.local_copy(
+        samples, stats, device_stats = sharding.local_copy(
             _run_sharded(
                 rules,
                 spec,
@@ -191,6 +197,8 @@ def run_traversals(
         )
     if int(stats.dropped_samples):  # slot bounds are proofs; a failure here is a bug
         raise RuntimeError(f"traversal dropped {int(stats.dropped_samples)} samples")
+    if per_device:
+        return samples, stats, device_stats
     return samples, stats
 
 
@@ -214,8 +222,8 @@ def _run(rules, spec, options, lanes, networks, seed, iteration, traverser, offs
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
 def _run_sharded(rules, spec, options, lanes, total, mesh, networks, seed, iteration, traverser):
     """One block of `options.num_traversals` traversals per device of `mesh`; the samples
-    [S, ...] (device blocks in mesh order are consecutive traversal blocks) and the summed
-    statistics, replicated on every device."""
+    [S, ...] (device blocks in mesh order are consecutive traversal blocks), the summed
+    statistics and every device's own (leaves [D]), replicated on every device."""
 
     def block(networks, seed, iteration, traverser):
         offset = jax.lax.axis_index(sharding.AXIS) * options.num_traversals
@@ -223,7 +231,7 @@ def _run_sharded(rules, spec, options, lanes, total, mesh, networks, seed, itera
             rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset
         )
         samples = jax.lax.all_gather(samples, sharding.AXIS, tiled=True)
-        return samples, jax.lax.psum(stats, sharding.AXIS)
+        return samples, jax.lax.psum(stats, sharding.AXIS), sharding.per_device(stats)
 
     # Each block runs its own while_loop: blocks finish at different steps and never
     # wait for each other until the gather. The gather and the sum replicate the outputs,
@@ -788,7 +796,7 @@ class JaxBackend:
         options = self.options
         if epsilon is not None:  # one compiled loop per value: schedules take few values
             options = options._replace(epsilon=float(epsilon))
-        samples, stats = run_traversals(
+        samples, stats, device_stats = run_traversals(
             self.rules,
             self.spec,
             options,
@@ -797,8 +805,15 @@ class JaxBackend:
             seed=seed,
             iteration=iteration,
             traverser=traverser,
+            per_device=True,
         )
-        return samples, stats_to_metrics(stats)
+        metrics = stats_to_metrics(stats)
+        # every device's share of the work: its decisions, forwarded states and loop steps
+        counts = jax.device_get(device_stats)
+        metrics.update(
+            sharding.device_metrics({name: getattr(counts, name) for name in DEVICE_STATS})
+        )
+        return samples, metrics
 
     def close(self) -> None:
         """Nothing to release (the torch backends stop processes here)."""

@@ -7,6 +7,9 @@ every process (`jax.devices()`, process 0's devices first), so a run started wit
 it (`replicate`), each block runs on its device inside `jax.shard_map`, and the blocks'
 results are gathered on every device, so that every process can read the whole result
 on its own first device (`local_copy`) and carry on alone, the same on every process.
+Besides the summed statistics, every device's own counts are gathered too
+(`per_device`), and reported as one metric per device (`device_metrics`), so that a run
+shows that every device of every process did its share.
 
 docs/scaling.md describes the design and how to run it on a cluster.
 """
@@ -70,6 +73,28 @@ def replicate(tree, mesh: Mesh):
 def local_copy(tree):
     """The copy of a replicated result on this process's first device of its mesh."""
     return jax.tree.map(lambda x: x.addressable_data(0), tree)
+
+
+def per_device(tree):
+    """Inside a `jax.shard_map` over `AXIS`: every device's `tree`, stacked along a new
+    leading axis in mesh order (leaves [D, ...]), on every device."""
+    return jax.tree.map(lambda x: jax.lax.all_gather(x, AXIS), tree)
+
+
+DEVICE_SUFFIX = "_device"  # metric `<name>_device<d>`: device d's share of `<name>`
+
+
+def device_metrics(counts: dict) -> dict[str, int]:
+    """{`<name>_device<d>`: device d's count} of {name: [D] counts in mesh order}.
+
+    Device d of the mesh is `jax.devices()[d]`: process d // local devices' (d mod
+    local devices)-th device when every process has as many.
+    """
+    return {
+        f"{name}{DEVICE_SUFFIX}{d}": int(value)
+        for name, vector in counts.items()
+        for d, value in enumerate(np.asarray(vector).reshape(-1))
+    }
 
 
 def broadcast_from_first(tree):
