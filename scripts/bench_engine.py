@@ -6,11 +6,19 @@ takes the shared generator's random legal action; both engines play the very sam
 and the JAX-to-Cython ratio.
 
     .venv/bin/python scripts/bench_engine.py [--batches 1,64,1024,8192] [--json out.json]
-        [--clock cpu] [--profile]
+        [--clock cpu] [--profile] [--goal 0.5]
+
+JSON schema 2 (since issue 21): per row `rates` (per round), `ratio_to_cython_record`
+(a bench_common ratio record; `ratio_to_cython` is its value) and
+`best_jax_to_cython_record`. Schema 1 files (no `schema` field) timed each engine's
+repeats one engine after the other and held the medians' quotient only.
 
 `--clock cpu` times with the process's CPU time instead of the wall clock: on a shared
 machine the wall clock also counts the time other processes hold the cores, which hurts
-the multi-threaded XLA loops far more than the single-threaded C loop. `--profile` adds,
+the multi-threaded XLA loops far more than the single-threaded C loop. The timings go
+round-robin (each round times every engine once), and every ratio to Cython is stored
+with its parts, the per-round ratios and their spread; the best batch's is judged
+unrounded against `--goal` (0.5; scripts/bench_common.py). `--profile` adds,
 the JAX engine's parts timed alone (mask, encoding, action, step; at --profile-batch,
 1024 by default) and, at the best JAX batch, the XLA operations of traced random-play
 loops, in ns per decision.
@@ -27,8 +35,10 @@ import os
 import platform
 import re
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -37,53 +47,90 @@ from lc_cfr.game import cy_engine, engine
 from lc_cfr.game.random_play import play_random_games
 from lc_cfr.game.rules import Rules
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common  # noqa: E402
+
 SEED = 1
 CLOCK = time.perf_counter  # --clock cpu: time.process_time
+# issue 13's goal: the JAX engine at its best batch at half the Cython engine's rate
+JAX_TO_CYTHON_GOAL = 0.5
 
 
-def bench_jax(
-    rules: Rules, batch: int, min_games: int, repeats: int, with_encoding: bool = True
-) -> dict:
-    calls = max(1, -(-min_games // batch))
-    first = jnp.arange(batch, dtype=jnp.int32)
-    play = functools.partial(play_random_games, with_encoding=with_encoding)
-    compile_start = time.perf_counter()
-    jax.block_until_ready(play(rules, SEED, 0, first + 10**6))
-    compile_seconds = time.perf_counter() - compile_start
-    rates, decisions, truncated = [], 0, 0
-    for _ in range(repeats):
+class JaxTimer:
+    """Random play of the JAX engine at one batch: `info` and one timed round (`rate`)."""
+
+    def __init__(self, rules: Rules, batch: int, min_games: int, with_encoding: bool = True):
+        self.rules, self.batch = rules, batch
+        self.calls = max(1, -(-min_games // batch))
+        self.first = jnp.arange(batch, dtype=jnp.int32)
+        self.play = functools.partial(play_random_games, with_encoding=with_encoding)
+        compile_start = time.perf_counter()
+        jax.block_until_ready(self.play(rules, SEED, 0, self.first + 10**6))
+        self.info = {
+            "engine": f"jax_vmap_b{batch}" + ("" if with_encoding else "_noenc"),
+            "batch": batch,
+            "games": self.calls * batch,
+            "first_call_seconds": time.perf_counter() - compile_start,
+        }
+
+    def rate(self) -> float:
         decisions = truncated = 0
         start = CLOCK()
-        for call in range(calls):
-            stats = play(rules, SEED, 0, first + call * batch)
+        for call in range(self.calls):
+            stats = self.play(self.rules, SEED, 0, self.first + call * self.batch)
             decisions += int(stats.decisions)
             truncated += int(stats.truncated)
-        rates.append(decisions / (CLOCK() - start))
-    return {
-        "engine": f"jax_vmap_b{batch}" + ("" if with_encoding else "_noenc"),
-        "batch": batch,
-        "games": calls * batch,
-        "decisions": decisions,
-        "truncated_games": truncated,
-        "decisions_per_second": statistics.median(rates),
-        "first_call_seconds": compile_seconds,
-    }
+        seconds = CLOCK() - start
+        self.info.update(decisions=decisions, truncated_games=truncated)
+        return decisions / seconds
 
 
-def bench_cython(rules: Rules, games: int, repeats: int, with_encoding: bool = True) -> dict:
-    rates = []
-    for _ in range(repeats):
+class CythonTimer:
+    """Random play of the Cython engine in this process: `info` and one timed round."""
+
+    def __init__(self, rules: Rules, games: int, with_encoding: bool = True):
+        self.rules, self.games, self.with_encoding = rules, games, with_encoding
+        self.info = {
+            "engine": "cython_1proc" + ("" if with_encoding else "_noenc"),
+            "batch": 1,
+            "games": games,
+        }
+
+    def rate(self) -> float:
         start = CLOCK()
-        stats = cy_engine.play_random_games(rules, SEED, 0, 0, games, with_encoding=with_encoding)
-        rates.append(stats["decisions"] / (CLOCK() - start))
-    return {
-        "engine": "cython_1proc" + ("" if with_encoding else "_noenc"),
-        "batch": 1,
-        "games": games,
-        "decisions": stats["decisions"],
-        "truncated_games": stats["truncated"],
-        "decisions_per_second": statistics.median(rates),
-    }
+        stats = cy_engine.play_random_games(
+            self.rules, SEED, 0, 0, self.games, with_encoding=self.with_encoding
+        )
+        seconds = CLOCK() - start
+        self.info.update(decisions=stats["decisions"], truncated_games=stats["truncated"])
+        return stats["decisions"] / seconds
+
+
+def round_robin(timers: list, repeats: int) -> list[dict]:
+    """Every timer once per round, `repeats` rounds: its rows with the per-round rates and
+    their median (the lower median for an even count, as bench_common's ratios)."""
+    rates = [[] for _ in timers]
+    for _ in range(repeats):
+        for timer, own in zip(timers, rates, strict=True):
+            own.append(timer.rate())
+    rows = []
+    for timer, own in zip(timers, rates, strict=True):
+        rows.append(
+            {**timer.info, "rates": own, "decisions_per_second": bench_common.median_of(own)}
+        )
+    return rows
+
+
+def ratio_to(row: dict, base: dict, goal: float | None = None) -> dict:
+    """`row`'s decisions/s over `base`'s, round by round (bench_common.ratio)."""
+    return bench_common.ratio(
+        row["rates"],
+        base["rates"],
+        numerator_is=f"{row['engine']} decisions/s",
+        denominator_is=f"{base['engine']} decisions/s",
+        goal=goal,
+        rounds_are="round-robin: every engine once per round, one after the other",
+    )
 
 
 def bench_forward(rules: Rules, batch: int, repeats: int, hidden: int = 512, layers: int = 3):
@@ -218,6 +265,9 @@ def main() -> None:
     parser.add_argument("--min-games", type=int, default=2048, help="games per JAX timing")
     parser.add_argument("--cython-games", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--goal", type=float, default=JAX_TO_CYTHON_GOAL, help="best JAX / Cython at least"
+    )
     parser.add_argument("--json", help="write the figures to this path")
     parser.add_argument(
         "--clock", choices=("wall", "cpu"), default="wall", help="wall clock or process CPU time"
@@ -230,26 +280,39 @@ def main() -> None:
 
     rules = Rules()
     check_same_games(rules)
-    results = [bench_cython(rules, args.cython_games, args.repeats)]
+    timers = [CythonTimer(rules, args.cython_games)]
     for batch in (int(b) for b in args.batches.split(",")):
         min_games = args.min_games if batch > 1 else min(args.min_games, 64)
-        results.append(bench_jax(rules, batch, min_games, args.repeats))
-
-    cython_rate = results[0]["decisions_per_second"]
+        timers.append(JaxTimer(rules, batch, min_games))
+    results = round_robin(timers, args.repeats)
+    cython = results[0]
     best = max(results[1:], key=lambda r: r["decisions_per_second"])
-    # Breakdown: the same loops without the encoding, at the best JAX batch.
-    results.append(bench_cython(rules, args.cython_games, args.repeats, with_encoding=False))
-    results.append(
-        bench_jax(rules, best["batch"], args.min_games, args.repeats, with_encoding=False)
+    # Breakdown: the same loops without the encoding, at the best JAX batch (a second
+    # round-robin: Cython and JAX without the encoding).
+    results += round_robin(
+        [
+            CythonTimer(rules, args.cython_games, with_encoding=False),
+            JaxTimer(rules, best["batch"], args.min_games, with_encoding=False),
+        ],
+        args.repeats,
     )
     print(f"{'engine':<18}{'games':>8}{'decisions':>12}{'decisions/s':>14}{'vs cython':>11}")
     for r in results:
-        r["ratio_to_cython"] = r["decisions_per_second"] / cython_rate
+        # the noenc rows against Cython with the encoding too, as the table always had it
+        # (their rounds are those of the second round-robin, paired by index)
+        record = ratio_to(r, cython, args.goal if r is best else None)
+        if r["engine"].endswith("_noenc"):
+            record["rounds_are"] = "a later round-robin than Cython's: rounds paired by index"
+        r["ratio_to_cython_record"] = record
+        r["ratio_to_cython"] = record["value"]
         print(
             f"{r['engine']:<18}{r['games']:>8}{r['decisions']:>12}"
-            f"{r['decisions_per_second']:>14,.0f}{r['ratio_to_cython']:>10.2f}x"
+            f"{r['decisions_per_second']:>14,.0f}{r['ratio_to_cython']:>10.4f}x"
         )
-    print(f"best JAX ({best['engine']}) / Cython = {best['ratio_to_cython']:.2f}")
+    print(
+        f"best JAX ({best['engine']}) / Cython: "
+        + bench_common.describe(best["ratio_to_cython_record"])
+    )
     for r in results:
         r["ns_per_decision"] = 1e9 / r["decisions_per_second"]
     by_name = {r["engine"]: r["ns_per_decision"] for r in results}
@@ -291,12 +354,15 @@ def main() -> None:
         profile = {"jax_parts_ns_per_state": parts, "cython_encoding_ns": cy_enc, "xla_ops": ops}
     if args.json:
         summary = {
+            "schema": 2,
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
             "jax": jax.__version__,
             "backend": jax.default_backend(),
             "clock": args.clock,
             "results": results,
             "best_jax_to_cython": best["ratio_to_cython"],
+            "best_jax_to_cython_record": best["ratio_to_cython_record"],
+            "goal_best_jax_to_cython": args.goal,
             "forward": forward,
             "profile": profile,
         }

@@ -8,11 +8,19 @@ second call; the first call's compile time is reported apart) and the forward-on
 of the same workload: one bare `mlp.apply` on a [H, E] batch (H = the loop's agent rows
 per step) run back to back in a jitted `lax.fori_loop` as many times as it takes to
 cover the agent decisions those games needed, no engine, no bot, no policy head.
-ratio = games/s / limit games/s. `bot us` is the bot's own decision timed alone: its
-vmapped `bot_action` on a [H] batch of states from random play (both phases, all stages
-of the game), per state.
+Each of `--repeats` rounds times the evaluation, then the limit, then the bot, back to
+back. games/s and limit are the medians over the rounds (the lower median for an even
+count), ratio = games/s / limit exactly (the table's own columns), stored with the
+per-round ratios and their spread (scripts/bench_common.py), and judged unrounded
+against `--goal` (0.75 of the limit against every bot) and `--goal-games-per-second`
+(1000). `bot us` is the bot's own decision timed alone: its vmapped `bot_action` on a
+[H] batch of states from random play (both phases, all stages of the game), per state.
 
     .venv/bin/python scripts/bench_eval.py [--games 1024] [--lanes 512] [--json out.json]
+
+JSON schema 2 (since issue 21): per opponent `ratio_to_limit` (a bench_common ratio
+record) and `games_per_second_goal`; `ratio` is its value. Schema 1 files (no `schema`
+field) held `ratio` as the median of the per-round ratios and those in `ratios`.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ import json
 import math
 import os
 import platform
-import statistics
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +42,14 @@ from lc_cfr.bots import BOT_NAMES, jax_bots
 from lc_cfr.game import random_play
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common  # noqa: E402
+
+# Goals of issue 13 (docs/performance.md): 0.75 of the forward-only limit against every
+# bot, and about 1000 games/s (set against safe_heuristic; judged for every bot here).
+RATIO_GOAL = 0.75
+GAMES_PER_SECOND_GOAL = 1000.0
 
 
 class ForwardLimit:
@@ -109,8 +126,15 @@ def bench_opponent(rules, spec, agent, params, opponent, args) -> dict:
         evals.append(play().run_seconds)
         limits.append(limit.seconds())
         bot_us.append(bot.us_per_state())
-    ratios = [lim / ev for ev, lim in zip(evals, limits, strict=True)]
-    seconds, limit_seconds = statistics.median(evals), statistics.median(limits)
+    ratio = bench_common.ratio(
+        [args.games / s for s in evals],
+        [args.games / s for s in limits],
+        numerator_is="games/s",
+        denominator_is="forward-only limit games/s",
+        goal=args.goal,
+        rounds_are="each round: the evaluation, then the limit, back to back",
+    )
+    rate, limit_rate = ratio["numerator"], ratio["denominator"]
     return {
         "opponent": opponent,
         "games": args.games,
@@ -123,14 +147,17 @@ def bench_opponent(rules, spec, agent, params, opponent, args) -> dict:
         "forward_rows_used": agent_decisions / first.rows,
         "first_call_seconds": first.compile_seconds + first.run_seconds,
         "compile_seconds": first.compile_seconds,
-        "steady_seconds": seconds,
-        "games_per_second": args.games / seconds,
-        "forward_only_seconds": limit_seconds,
-        "forward_us_per_state": 1e6 * limit_seconds / (forwards * first.half_lanes),
-        "bot_us_per_state": statistics.median(bot_us),
-        "limit_games_per_second": args.games / limit_seconds,
-        "ratio": statistics.median(ratios),
-        "ratios": ratios,
+        "seconds": evals,
+        "forward_only_seconds_per_round": limits,
+        "steady_seconds": args.games / rate,
+        "games_per_second": rate,
+        "forward_only_seconds": args.games / limit_rate,
+        "forward_us_per_state": 1e6 * (args.games / limit_rate) / (forwards * first.half_lanes),
+        "bot_us_per_state": bench_common.median_of(bot_us),
+        "limit_games_per_second": limit_rate,
+        "ratio": ratio["value"],
+        "ratio_to_limit": ratio,
+        "games_per_second_goal": bench_common.goal_record(rate, args.goal_games_per_second),
         "win_rate": metrics["win_rate"],
         "margin_mean": metrics["margin_mean"],
     }
@@ -138,7 +165,7 @@ def bench_opponent(rules, spec, agent, params, opponent, args) -> dict:
 
 def print_table(rows: list[dict]) -> None:
     header = (
-        f"{'opponent':<22} {'games/s':>9} {'limit':>9} {'ratio':>6} {'agent dec/game':>14} "
+        f"{'opponent':<22} {'games/s':>9} {'limit':>9} {'ratio':>7} {'agent dec/game':>14} "
         f"{'rows used':>9} {'fwd us':>7} {'bot us':>7} {'compile s':>9} {'length':>7} {'trunc':>6}"
     )
     print(header)
@@ -146,12 +173,23 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         print(
             f"{r['opponent']:<22} {r['games_per_second']:>9.1f} "
-            f"{r['limit_games_per_second']:>9.1f} {r['ratio']:>6.2f} "
+            f"{r['limit_games_per_second']:>9.1f} {r['ratio']:>7.4f} "
             f"{r['agent_decisions_per_game']:>14.1f} {r['forward_rows_used']:>9.2f} "
             f"{r['forward_us_per_state']:>7.2f} {r['bot_us_per_state']:>7.3f} "
             f"{r['compile_seconds']:>9.1f} "
             f"{r['length_mean']:>7.1f} {r['truncation_rate']:>6.2f}"
         )
+    print("games/s, limit: medians over the rounds; ratio = games/s / limit")
+    for r in rows:
+        games_goal = r["games_per_second_goal"]
+        verdict = "met" if games_goal["goal_met"] else "NOT met"
+        print(
+            f"{r['opponent']}: "
+            + bench_common.describe(r["ratio_to_limit"])
+            + f"; games/s {r['games_per_second']:.1f} against {games_goal['goal']:g}: {verdict}"
+        )
+    ratio_met = all(r["ratio_to_limit"]["goal_met"] for r in rows)
+    print(f"ratio goal against every bot: {'met' if ratio_met else 'NOT met'}")
 
 
 def main() -> None:
@@ -165,6 +203,10 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="steady-state timings (median)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--goal", type=float, default=RATIO_GOAL, help="ratio at least")
+    parser.add_argument(
+        "--goal-games-per-second", type=float, default=GAMES_PER_SECOND_GOAL, help="at least"
+    )
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
 
@@ -184,12 +226,13 @@ def main() -> None:
         rows.append(bench_opponent(rules, spec, agent, params, opponent, args))
         print(
             f"{opponent}: {rows[-1]['games_per_second']:.1f} games/s, "
-            f"ratio {rows[-1]['ratio']:.2f}",
+            f"ratio {rows[-1]['ratio']:.4f}",
             flush=True,
         )
     print_table(rows)
     if args.json:
         document = {
+            "schema": 2,
             "machine": {
                 "platform": platform.platform(),
                 "processor": platform.processor(),
@@ -199,8 +242,10 @@ def main() -> None:
             },
             "settings": {
                 k: getattr(args, k)
-                for k in ("games", "lanes", "view", "mode", "hidden", "layers", "seed")
+                for k in ("games", "lanes", "view", "mode", "hidden", "layers", "seed", "repeats")
             },
+            "goals": {"ratio": args.goal, "games_per_second": args.goal_games_per_second},
+            "ratio_goal_met_against_every_bot": all(r["ratio_to_limit"]["goal_met"] for r in rows),
             "results": rows,
         }
         with open(args.json, "w") as f:

@@ -25,23 +25,30 @@ persistent compilation cache (`--jax-cache`, by default lc_cfr.main's:
 $LC_CFR_JAX_CACHE or ~/.cache/lc_cfr/jax) a warm cache shortens iteration 1;
 `--jax-cache ''` compiles cold.
 
-Beside them it prints two sets of reference figures, and speed-ups (reference seconds /
-variant seconds, `it 2+` where measured, else iteration 1) against the first variant
-and against the predecessor:
+Measured ratios (this run): per figure, the first variant's over this variant's
+(`against_first_variant`: numerator, denominator and value, on `it 2+` where measured,
+else iteration 1); the variants run one after the other in separate processes, in one
+run of this script.
 
-* the predecessor's (PyTorch Deep CFR), measured on this 2-core machine with its own
-  default config: iteration 132.1 s, traversal 48.1 s, advantage training 56.0 s (2 x
-  512 updates of batch 1024), strategy training 28.0 s plus 10.2 s building the batch
-  tensors (the speed-up counts both: lc_cfr gathers its batches inside the jitted
-  training scan), peak RSS 0.75 GB;
-* lc_cfr's before this script (issue 13), on the same machine: `jax` 89.3 s (traversal
-  12.7, advantage 47.6, strategy 26.0, peak 7.26 GB) and `interleaved` 81.8 s (10.7, 45.7,
-  22.2, 7.15 GB), both with the optax learner. They were measured on the configuration
-  that is now the `classic` preset (outcome sampling from the root, max_depth 2, slot
-  head; 512x3 networks, 512 updates of batch 1024, 2M-sample memories): `interleaved`
-  runs no other estimator, and docs/performance.md's first iterations of the same modes
-  before the default changed (jax 108 s, interleaved 54.6 s, 7.1 to 7.2 GB) are of the
-  same size. The issue did not record whether they include the first iteration.
+EXTERNAL REFERENCES, not measured by this script (`EXTERNAL_REFERENCES`, stored in the
+JSON with their provenance and printed apart as "against external reference":
+reference / measured, never a speed-up):
+
+* the predecessor's (PyTorch Deep CFR), reported by issue 13 as measured on the 2-core
+  x86_64 CPU machine these figures come from, with its own default config: iteration
+  132.1 s, traversal 48.1 s, advantage training 56.0 s (2 x 512 updates of batch
+  1024), strategy training 28.0 s plus 10.2 s building the batch tensors (the
+  strategy figure counts both: lc_cfr gathers its batches inside the jitted training
+  scan), peak RSS 0.75 GB. It was the FIRST iteration of a one-iteration run, so it is
+  compared with each variant's iteration 1 (compilation and worker start-up included;
+  the persistent compilation cache, `jax_cache` in the JSON, can shorten it);
+* lc_cfr's before issue 13, same machine: `jax` 89.3 s (traversal 12.7, advantage 47.6,
+  strategy 26.0, peak 7.26 GB) and `interleaved` 81.8 s (10.7, 45.7, 22.2, 7.15 GB),
+  both with the optax learner, on the configuration that is now `wide,classic`
+  (outcome sampling from the root, max_depth 2, slot head; 512x3 networks, 512 updates
+  of batch 1024, 2M-row float16 memories allocated up front). The issue did not record
+  which iteration they are, nor whether compilation was included, so they are compared
+  with both iteration 1 and `it 2+` of the same backend with optax.
 
 The default `--config` is therefore `configs/default.py:wide,classic`, the modes every
 backend implements (docs/backends.md) at the predecessor's sizes (`wide`: 512x3, 1024
@@ -66,6 +73,12 @@ milliseconds and nodes/s stay comparable, seconds per iteration and memory do no
 and for seconds, the 3-colour `:small,classic` preset or the `:smoke` preset (jax+optax
 only, its default estimator). The memories dominate the peak RSS: three reservoirs of
 `memory.*_capacity` rows each (2M by default).
+
+JSON schema 2 (since issue 21): `external_references` (figures and provenance),
+per variant `against_first_variant` (ratio records with parts), `steady_spread` and
+`against_external_reference`. Schema 1 files (no `schema` field) held `references` and
+`speedup_vs_first` / `speedup_vs_predecessor`, the latter against the variant's `it 2+`
+where measured (not like with like: the predecessor's figure is a first iteration).
 """
 
 from __future__ import annotations
@@ -92,6 +105,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import bench_common  # noqa: E402
 from bench_learner import random_memory  # noqa: E402
 from bench_traversal import load_config  # noqa: E402
 from best_response import apply_overrides  # noqa: E402
@@ -130,39 +144,73 @@ PROCESS_FIGURES = (
     "workers_rss_after_iteration_1_gb",
     "device_peak_gb",
 )
-# Reference figures (see the module docstring); None where nothing was measured.
-PREDECESSOR = {
-    "iteration_seconds": 132.1,
-    "traversal_seconds": 48.1,
-    "advantage_train_seconds": 56.0,
-    # its strategy training (28.0 s) plus building the batch tensors (10.2 s), which
-    # lc_cfr does inside the training scan: the comparable cost
-    "strategy_train_seconds": 28.0 + 10.2,
-    "advantage_ms_per_update": 1000 * 56.0 / (2 * 512),
-    "strategy_ms_per_update": 1000 * 28.0 / 512,
-    "peak_rss_gb": 0.75,
-}
-BEFORE = {
-    "jax": {
-        "iteration_seconds": 89.3,
-        "traversal_seconds": 12.7,
-        "advantage_train_seconds": 47.6,
-        "strategy_train_seconds": 26.0,
-        "peak_rss_gb": 7.26,
+# External references (see the module docstring): not measured by this script.
+PREDECESSOR = bench_common.external_reference(
+    {
+        "iteration_seconds": 132.1,
+        "traversal_seconds": 48.1,
+        "advantage_train_seconds": 56.0,
+        # its strategy training (28.0 s) plus building the batch tensors (10.2 s), which
+        # lc_cfr does inside the training scan: the comparable cost
+        "strategy_train_seconds": 28.0 + 10.2,
+        "advantage_ms_per_update": 1000 * 56.0 / (2 * 512),
+        "strategy_ms_per_update": 1000 * 28.0 / 512,
+        "peak_rss_gb": 0.75,
     },
-    "interleaved": {
-        "iteration_seconds": 81.8,
-        "traversal_seconds": 10.7,
-        "advantage_train_seconds": 45.7,
-        "strategy_train_seconds": 22.2,
-        "peak_rss_gb": 7.15,
+    {
+        "what": "the predecessor (PyTorch Deep CFR), its own default config: outcome "
+        "sampling, 512x3 networks, 2 x 512 advantage and 512 strategy updates of batch 1024",
+        "machine": "the 2-core x86_64 CPU (no GPU) of lc_cfr's 2026-11-30/12-01 figures, "
+        "as issue 13 reports",
+        "date": "not recorded; reported in issue 13, in lc_cfr since 2026-12-01 (9b5a910)",
+        "iteration": 1,
+        "iteration_note": "the first iteration of a one-iteration run (start-up included)",
+        "includes": "strategy_train_seconds = 28.0 s strategy training + 10.2 s building "
+        "the batch tensors; strategy_ms_per_update from the 28.0 s alone",
     },
-}
-REFERENCE_NOTE = (
-    "predecessor: its default config on this 2-core machine, strategy 28.0 s + 10.2 s "
-    "tensor building; before: lc_cfr with optax on the config now called `classic`, same "
-    "machine, before issue 13"
 )
+BEFORE = {
+    f"lc_cfr before issue 13, {backend}+optax": bench_common.external_reference(
+        figures,
+        {
+            "what": f"lc_cfr before issue 13, backend {backend}, optax learner, the config "
+            "now `wide,classic` (512x3, 1024 traversals, 512 updates of batch 1024, 2M-row "
+            "float16 memories allocated up front)",
+            "machine": "the same 2-core x86_64 CPU, as issue 13 reports",
+            "date": "before 2026-12-01; reported in issue 13 (9b5a910)",
+            "iteration": None,
+            "iteration_note": "not recorded, nor whether compilation was included: "
+            "compared with both iteration 1 and the later iterations",
+            "includes": "the trainer's timing fields of that version",
+            "variant": f"{backend}+optax",
+        },
+    )
+    for backend, figures in (
+        (
+            "jax",
+            {
+                "iteration_seconds": 89.3,
+                "traversal_seconds": 12.7,
+                "advantage_train_seconds": 47.6,
+                "strategy_train_seconds": 26.0,
+                "peak_rss_gb": 7.26,
+            },
+        ),
+        (
+            "interleaved",
+            {
+                "iteration_seconds": 81.8,
+                "traversal_seconds": 10.7,
+                "advantage_train_seconds": 45.7,
+                "strategy_train_seconds": 22.2,
+                "peak_rss_gb": 7.15,
+            },
+        ),
+    )
+}
+EXTERNAL_REFERENCES = {"predecessor": PREDECESSOR, **BEFORE}
+# the figures compared with a reference: the five timings, per-update costs, peak RSS
+COMPARED = (*TIMINGS[:5], "advantage_ms_per_update", "strategy_ms_per_update", "peak_rss_gb")
 GB = 1024**3
 
 
@@ -473,6 +521,13 @@ def spawn_variant(variant: str, args) -> dict:
     else:
         entry.update(json.loads(text))
         entry["iteration_1"], entry["steady"] = summarize(entry["iterations"])
+        # the spread of the later iterations behind `it 2+`'s means (min, median, max)
+        later = entry["iterations"][1:]
+        entry["steady_spread"] = {
+            key: bench_common.spread([row[key] for row in later])
+            for key in FIGURES
+            if later and all(row.get(key) is not None for row in later)
+        }
     return entry
 
 
@@ -484,20 +539,44 @@ def headline(entry: dict) -> dict | None:
 
 
 def add_ratios(results: list[dict]) -> None:
-    """Speed-ups (reference seconds / variant seconds) against the first variant that ran
-    and against the predecessor; peak RSS as a multiple of the predecessor's."""
-    base = next((headline(e) for e in results if headline(e)), None)
+    """Measured ratios against the first variant that ran (`against_first_variant`: its
+    seconds over this variant's, with both parts) and the comparisons with the external
+    references (`against_external_reference`: reference / measured, like with like)."""
+    first = next((e for e in results if headline(e)), None)
     for entry in results:
         figures = headline(entry)
         if figures is None:
             continue
-        for name, reference in (("first", base), ("predecessor", PREDECESSOR)):
-            entry[f"speedup_vs_{name}"] = {
-                key: reference[key] / figures[key]
-                for key in TIMINGS[:5]
-                if reference.get(key) and figures.get(key)
+        phase = "it 2+" if entry["steady"] else "iteration 1"
+        entry["against_first_variant"] = {
+            key: {
+                "value": headline(first)[key] / figures[key],
+                "numerator": headline(first)[key],
+                "denominator": figures[key],
+                "numerator_is": f"{first['variant']} {key} ({phase})",
+                "denominator_is": f"{entry['variant']} {key} ({phase})",
             }
-        entry["peak_rss_vs_predecessor"] = entry["peak_rss_gb"] / PREDECESSOR["peak_rss_gb"]
+            for key in TIMINGS[:5]
+            if headline(first).get(key) and figures.get(key)
+        }
+        measured = {
+            "iteration_1": {**entry["iteration_1"], "peak_rss_gb": entry["peak_rss_gb"]},
+            "steady": entry["steady"] and {**entry["steady"], "peak_rss_gb": entry["peak_rss_gb"]},
+        }
+        comparisons = {}
+        for name, reference in EXTERNAL_REFERENCES.items():
+            provenance = reference["provenance"]
+            if provenance.get("variant") not in (None, entry["variant"]):
+                continue  # a before-figure is compared with its own backend and learner
+            phases = ["iteration_1"] if provenance["iteration"] == 1 else ["iteration_1", "steady"]
+            for phase_name in phases:
+                if measured[phase_name] is None:
+                    continue
+                key = name if len(phases) == 1 else f"{name} / {phase_name}"
+                comparisons[key] = bench_common.against_reference(
+                    reference, measured[phase_name], COMPARED, compared_with=phase_name
+                )
+        entry["against_external_reference"] = comparisons
 
 
 def _cell(value, key: str) -> str:
@@ -508,10 +587,6 @@ def _cell(value, key: str) -> str:
     if key.endswith("_gb"):
         return f"{value:.2f}"
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
-
-
-def _ratio(value) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 LABELS = {
@@ -533,13 +608,13 @@ LABELS = {
 
 
 def print_tables(results: list[dict], iterations: int) -> None:
-    """The figures side by side (variants, then the references) and the speed-ups."""
-    label_width, width, ref_width = 22, 11, 20
+    """The measured figures side by side, the measured ratios, then apart the external
+    references and the comparisons with them."""
+    label_width, width = 22, 11
     ran = [e for e in results if "error" not in e]
     phases = ["it 1"] + (["it 2+"] if iterations > 1 else [])
-    references = [("predecessor", PREDECESSOR), *((f"before {k}", v) for k, v in BEFORE.items())]
     top = "".join(f"{e['variant']:>{width * len(phases)}}" for e in ran)
-    print(f"\n{'':<{label_width}}{top}" + "".join(f"{n:>{ref_width}}" for n, _ in references))
+    print(f"\nmeasured by this run\n{'':<{label_width}}{top}")
     print(f"{'':<{label_width}}" + "".join(f"{p:>{width}}" for _ in ran for p in phases))
     for key in (*FIGURES, *PROCESS_FIGURES):
         cells = []
@@ -551,39 +626,48 @@ def print_tables(results: list[dict], iterations: int) -> None:
             else:  # one figure per process, printed under `it 1`
                 cells.append(_cell(entry.get(key), key))
                 cells.extend([""] * (len(phases) - 1))
-        refs = [_cell(ref.get(key), key) for _, ref in references]
-        print(
-            f"{LABELS[key]:<{label_width}}"
-            + "".join(f"{c:>{width}}" for c in cells)
-            + "".join(f"{c:>{ref_width}}" for c in refs)
-        )
-    print(REFERENCE_NOTE)
+        print(f"{LABELS[key]:<{label_width}}" + "".join(f"{c:>{width}}" for c in cells))
     for entry in results:
         if "error" in entry:
             print(f"{entry['variant']}: FAILED: {entry['error']}")
     if not ran:
         return
     print(
-        f"\nspeed-up = reference seconds / variant seconds ({phases[-1]}); "
-        f"first = {ran[0]['variant']}"
+        f"\nmeasured ratio = {ran[0]['variant']} seconds / variant seconds ({phases[-1]}), "
+        "both of this run (separate processes, one after the other)"
     )
     print(f"{'':<{label_width}}" + "".join(f"{e['variant']:>{2 * width}}" for e in ran))
-    print(
-        f"{'':<{label_width}}" + "".join(f"{'vs first':>{width}}{'vs pred.':>{width}}" for _ in ran)
-    )
     for key in TIMINGS[:5]:
-        cells = [
-            f"{_ratio(e['speedup_vs_first'].get(key)):>{width}}"
-            f"{_ratio(e['speedup_vs_predecessor'].get(key)):>{width}}"
-            for e in ran
-        ]
-        print(f"{LABELS[key]:<{label_width}}" + "".join(cells))
-    memory = "".join(f"{'':>{width}}{e['peak_rss_vs_predecessor']:>{width}.2f}" for e in ran)
-    print(f"{'peak RSS x pred.':<{label_width}}{memory}")
+        cells = []
+        for e in ran:
+            record = e["against_first_variant"].get(key)
+            cells.append("-" if record is None else f"{record['value']:.4f}")
+        print(f"{LABELS[key]:<{label_width}}" + "".join(f"{c:>{2 * width}}" for c in cells))
+    print(
+        "\nEXTERNAL REFERENCES (not measured by this run): reference / measured, the "
+        "measured phase matched to the reference's iteration; like with like only where "
+        "this run's config is the reference's"
+    )
+    for name, reference in EXTERNAL_REFERENCES.items():
+        provenance = reference["provenance"]
+        print(
+            f"  {name}: {provenance['what']}; machine: {provenance['machine']}; date: "
+            f"{provenance['date']}; iteration: {provenance['iteration_note']}; "
+            f"includes: {provenance['includes']}"
+        )
+    for entry in ran:
+        for name, comparison in entry["against_external_reference"].items():
+            cells = ", ".join(
+                f"{LABELS[key]} {row['reference']:.4g} / {row['measured']:.4g} = "
+                f"{row['reference_over_measured']:.4g}"
+                for key, row in comparison["figures"].items()
+            )
+            print(f"  {entry['variant']} ({comparison['compared_with']}) against {name}: {cells}")
 
 
 def write_json(path: str, args, results: list[dict]) -> None:
     document = {
+        "schema": 2,
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
@@ -596,7 +680,7 @@ def write_json(path: str, args, results: list[dict]) -> None:
         "checkpoint": bool(args.checkpoint),
         "fill_memories": bool(args.fill_memories),
         "jax_cache": args.jax_cache or None,
-        "references": {"predecessor": PREDECESSOR, "before": BEFORE, "note": REFERENCE_NOTE},
+        "external_references": EXTERNAL_REFERENCES,
         "results": results,
     }
     pathlib.Path(path).write_text(json.dumps(document, indent=1) + "\n")

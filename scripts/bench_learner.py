@@ -9,8 +9,10 @@ one reservoir memory of `--capacity` rows, stored as the trainer stores them
 (memory.info_storage, `--storage`), with `--rows` random rows, and times `train` calls
 of `--updates` updates of the config's batch size from the same start. One untimed call
 first (XLA compilation, torch.compile). The timed calls go round-robin over the variants
-(`--repeats` rounds). Prints updates per second (median call), the ratio to optax (median
-over rounds of the ratio within a round, so load changes on a shared machine cancel),
+(`--repeats` rounds). Prints updates per second (the median call; the lower median for
+an even count), the ratio to optax (this variant's updates/s over optax's, both of this
+run, with the spread of the ratios within a round: scripts/bench_common.py), the ratio
+of every learner to `bare` where it ran, judged against `--goal` (0.95) as measured,
 the last batch loss of the first timed call (the same batches for every variant: the
 float32 variants agree to rounding, the bfloat16 ones do not), and the float32 loss of
 that call's trained parameters on a fixed batch of `--eval-rows` rows drawn from the
@@ -20,7 +22,13 @@ are skipped with a note.
 
     .venv/bin/python scripts/bench_learner.py [--config configs/default.py] \\
         [--variants optax,optax+bf16,torch,torch+amp,torch+compile] [--updates 64] \\
-        [--repeats 3] [--rows 200000] [--capacity 0] [--storage packed] [--json out.json]
+        [--repeats 3] [--rows 200000] [--capacity 0] [--storage packed] [--goal 0.95] \\
+        [--json out.json]
+
+JSON schema 2 (since issue 21): `ratio_to_base` and `ratio_to_bare` are ratio records
+(bench_common.ratio: value, numerator, denominator, rounds, spread, goal, goal_met);
+schema 1 files (no `schema` field) held `ratio_to_optax`, the median of the per-round
+ratios base seconds / variant seconds.
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ import dataclasses
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -49,7 +56,11 @@ from lc_cfr.train.trainer import learner_from_config, rules_from_config, spec_fr
 EXTRAS = ("amp", "bf16", "compile")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common  # noqa: E402
 from bench_traversal import DEFAULT_CONFIG, load_config  # noqa: E402
+
+# The learner on its memory against the bare step (docs/performance.md, issue 13).
+LEARNER_GOAL = 0.95
 
 
 def random_memory(rows: int, capacity: int, codec, actions: int, seed: int):
@@ -121,6 +132,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--eval-rows", type=int, default=8192, help="rows drawn for the float32 loss"
+    )
+    parser.add_argument(
+        "--goal", type=float, default=LEARNER_GOAL, help="a learner's ratio to bare at least"
     )
     parser.add_argument("--json", help="write the figures to this path")
     args = parser.parse_args()
@@ -204,39 +218,66 @@ def main() -> None:
             losses.append(float(metrics["loss_last"]))
             results[variant] = (losses, first_trained if first_trained is not None else trained)
     base = "optax" if "optax" in seconds else built[0][0]
+
+    def rates(variant):  # updates per second of each round
+        return [args.updates / s for s in seconds[variant]]
+
     rows = []
     for variant, *_, first in built:
         losses, trained = results[variant]
-        ratios = [b / t for b, t in zip(seconds[base], seconds[variant], strict=True)]
-        rows.append(
-            {
-                "variant": variant,
-                "first_call_seconds": first,
-                "seconds": seconds[variant],
-                "seconds_per_call": statistics.median(seconds[variant]),
-                "updates_per_second": args.updates / statistics.median(seconds[variant]),
-                # the median over rounds of (base's seconds / this variant's), same round
-                "ratio_to_optax": statistics.median(ratios),
-                "last_losses": losses,
-                "float32_loss_after": float(judge_loss(trained, eval_batch)),
-            }
-        )
+        rate = bench_common.median_of(rates(variant))
+        row = {
+            "variant": variant,
+            "first_call_seconds": first,
+            "seconds": seconds[variant],
+            "seconds_per_call": args.updates / rate,
+            "updates_per_second": rate,
+            # this variant's updates/s over base's, round by round (same round: same load)
+            "ratio_to_base": bench_common.ratio(
+                rates(variant),
+                rates(base),
+                numerator_is=f"{variant} updates/s",
+                denominator_is=f"{base} updates/s",
+                rounds_are="round-robin: one call of every variant per round",
+            ),
+            "last_losses": losses,
+            "float32_loss_after": float(judge_loss(trained, eval_batch)),
+        }
+        if "bare" in seconds and variant != "bare":
+            row["ratio_to_bare"] = bench_common.ratio(
+                rates(variant),
+                rates("bare"),
+                numerator_is=f"{variant} updates/s",
+                denominator_is="bare updates/s",
+                goal=args.goal,
+                rounds_are="round-robin: one call of every variant per round",
+            )
+        rows.append(row)
     print(
         f"\n{'variant':>15}{'s/call':>9}{'updates/s':>11}{'vs ' + base:>12}"
         f"{'last loss':>12}{'f32 loss':>10}"
     )
     for r in rows:
         print(
-            f"{r['variant']:>15}{r['seconds_per_call']:>9.2f}{r['updates_per_second']:>11.1f}"
-            f"{r['ratio_to_optax']:>12.2f}{r['last_losses'][0]:>12.6f}"
+            f"{r['variant']:>15}{r['seconds_per_call']:>9.3f}{r['updates_per_second']:>11.3f}"
+            f"{r['ratio_to_base']['value']:>12.4f}{r['last_losses'][0]:>12.6f}"
             f"{r['float32_loss_after']:>10.6f}"
         )
+    print("(s/call, updates/s: the median call of the run; vs: the quotient of those medians)")
+    for r in rows:
+        if r["variant"] != base:
+            print(f"{r['variant']} vs {base}: " + bench_common.describe(r["ratio_to_base"]))
+        if "ratio_to_bare" in r:
+            print(f"{r['variant']} vs bare: " + bench_common.describe(r["ratio_to_bare"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
                 {
+                    "schema": 2,
                     "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
                     "config": args.config,
+                    "base": base,
+                    "goal_ratio_to_bare": args.goal,
                     "batch_size": batch,
                     "updates_per_call": args.updates,
                     "rows": args.rows,

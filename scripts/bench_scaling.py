@@ -9,7 +9,10 @@ networks random parameters, and calls `lockstep.run_traversals` over every devic
 run (lc_cfr.traversal.sharding): one untimed call (compilation), then --repeats timed
 calls, traversers alternating. The figure is nodes per second (traversal decisions,
 stats.nodes, per wall-clock second of a call, its gather of the samples included), the
-median over the repeats; the speed-up is against the first setting.
+median over the repeats (the lower median for an even count); the speed-up is the
+setting's nodes/s over the first setting's, both of this run, stored with its parts and
+the spread over calls paired by index (`speedup_record`, scripts/bench_common.py; JSON
+schema 2 since issue 21, schema 1 files held the quotient alone).
 
     .venv/bin/python scripts/bench_scaling.py [--config configs/default.py:small] \
         [--devices 1,2,4] [--processes 1,2] [--repeats 3] [--traversals N] [--lanes N] \
@@ -40,6 +43,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_common  # noqa: E402
+
 DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:small"
 RESULT = "BENCH_SCALING_RESULT "
 
@@ -125,7 +131,8 @@ def worker(args) -> None:
             "first_call_seconds": compile_seconds,
             "seconds_per_call": statistics.median(s for s, _ in timed),
             "nodes_per_call": statistics.median(n for _, n in timed),
-            "nodes_per_second": statistics.median(rates),
+            "nodes_per_second": bench_common.median_of(rates),
+            "nodes_per_second_per_call": rates,
         }
         print(RESULT + json.dumps(result), flush=True)
 
@@ -235,15 +242,26 @@ def main() -> None:
             f"a device, first call {result['first_call_seconds']:.1f} s)",
             flush=True,
         )
-    base = results[0]["nodes_per_second"]
+    base = results[0]
     for result in results:
-        result["speedup"] = result["nodes_per_second"] / base
+        record = bench_common.ratio(
+            result["nodes_per_second_per_call"],
+            base["nodes_per_second_per_call"],
+            numerator_is=f"{result['processes']} x {result['devices']} nodes/s",
+            denominator_is=f"{base['processes']} x {base['devices']} nodes/s",
+            rounds_are="call i of each setting; settings run one after the other",
+        )
+        result["speedup_record"] = record
+        result["speedup"] = record["value"]
     print("\nprocesses  devices  nodes/s        speed-up")
     for r in results:
         rate = f"{r['nodes_per_second']:>13,.0f}"
-        print(f"{r['processes']:>9}  {r['devices']:>7}  {rate}  {r['speedup']:.2f}")
+        print(f"{r['processes']:>9}  {r['devices']:>7}  {rate}  {r['speedup']:.4f}")
+    for r in results[1:]:
+        print(bench_common.describe(r["speedup_record"], "speed-up"))
     if args.json:
         report = {
+            "schema": 2,
             "config": args.config,
             "repeats": args.repeats,
             "machine": {

@@ -18,7 +18,10 @@ with it: the same loop with the masked regret-matching head the traversal applie
 
 Each repeat times one traversal call and then one forward-only loop, back to back, so
 that both see the same load from anything else on the machine; the ratio is the median
-of the per-repeat ratios nodes/s / limit. It splits into two factors:
+nodes/s over the median limit (the table's own columns), stored with the per-repeat
+ratios and their spread and judged unrounded against `--goal-ratio` (0.7) and
+`--goal-nodes-per-second` (60,000; scripts/bench_common.py). It splits into two factors
+(medians over the repeats, so these hold only roughly):
     occupancy      = policy_calls / (forward_batches * lanes): forward rows that were nodes
     forward share  = forward_batches * seconds per forward / seconds per call
     ratio          = occupancy * forward share / (policy_calls / nodes)
@@ -34,7 +37,8 @@ named backend runs the same config (the trainer's options and worker settings, w
 after the other; each gets one untimed warm-up call (compilation, process start-up,
 weight sync) and then `--repeats` timed calls. It prints nodes/s, the realised batch
 (network rows per forward; for `server` the server's batches) and each backend's ratio
-to `jax` and to `recursive` (nodes/s over nodes/s, both measured in this run). A name
+to `jax` and to `recursive` (the median call's nodes/s over the other's, both measured
+in this run, one backend after the other, with the spread over calls paired by index). A name
 may carry `+amp` (run.use_amp) and/or `+compile` (run.torch_compile), e.g.
 `interleaved+amp`, to measure those options against the plain backend.
 
@@ -42,6 +46,12 @@ Traversals per call default to max(config traversals_per_player, lanes): lanes b
 quota would never run (the trainer refuses them), so a larger lanes value is benchmarked
 with a larger quota. The work per call grows with it; nodes/s stays comparable. With
 lanes below the quota the last wave of traversals runs part-empty, which `occup` shows.
+
+JSON schema 2 (since issue 21): per lanes value `ratio_to_limit` (a bench_common ratio
+record; `ratio` is its value) and `nodes_per_second_goal`; per backend
+`ratio_to_jax_record` and `ratio_to_recursive_record`, `nodes_per_second` the median
+call's. Schema 1 files (no `schema` field) held `ratio` as the median of the per-repeat
+ratios and a backend's `nodes_per_second` over all its timed calls.
 """
 
 from __future__ import annotations
@@ -72,6 +82,9 @@ from lc_cfr.traversal import api
 from lc_cfr.traversal import policy as pol
 from lc_cfr.traversal.registry import make_backend
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 # the modes every backend implements (and the ones docs/performance.md measured)
 DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:wide,classic"
@@ -79,10 +92,14 @@ LIMIT_DEFINITION = (
     "forward-only limit = lanes / seconds per forward; a forward is one mlp.apply of "
     "the config's network (random parameters) on a [lanes, E] float32 batch, timed as "
     "back-to-back forwards inside one jitted lax.fori_loop (no Python dispatch, no "
-    "regret matching, no engine work). ratio = traversal nodes/s / limit, the median of "
-    "per-repeat ratios, each repeat timing one traversal call and one forward loop back "
-    "to back."
+    "regret matching, no engine work). ratio = traversal nodes/s / limit, each the median "
+    "over the repeats (the lower median for an even count), each repeat timing one "
+    "traversal call and one forward loop back to back; ratio_to_limit holds the "
+    "per-repeat ratios and their spread."
 )
+# issue 8's goals for the jax backend (docs/performance.md): 60k nodes/s, 0.7 of the limit
+RATIO_GOAL = 0.7
+NODES_PER_SECOND_GOAL = 60_000.0
 
 
 # ----- set-up from the config ------------------------------------------------------
@@ -224,8 +241,16 @@ def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) ->
     def median(key):
         return statistics.median(r[key] for r in runs)
 
+    ratio = bench_common.ratio(
+        [r["nodes_per_second"] for r in runs],
+        [r["limit_nodes_per_second"] for r in runs],
+        numerator_is="traversal nodes/s",
+        denominator_is="forward-only limit nodes/s",
+        goal=args.goal_ratio,
+        rounds_are="each repeat: one traversal call, then one forward-only loop, back to back",
+    )
     totals = {k: sum(r[k] for r in runs) for k in ("nodes", "policy_calls", "forward_batches")}
-    seconds, fwd = median("seconds"), median("seconds_per_forward")
+    seconds, fwd = median("seconds"), lanes / ratio["denominator"]
     return {
         "lanes": lanes,
         "traversals": traversals,
@@ -235,7 +260,10 @@ def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) ->
         "median_seconds": seconds,
         "nodes_per_call": median("nodes"),
         "steps": median("steps"),
-        "nodes_per_second": median("nodes_per_second"),
+        "nodes_per_second": ratio["numerator"],
+        "nodes_per_second_goal": bench_common.goal_record(
+            ratio["numerator"], args.goal_nodes_per_second
+        ),
         "cpu_per_wall": median("cpu_seconds") / seconds,
         "realised_batch": totals["policy_calls"] / max(totals["forward_batches"], 1),
         "occupancy": totals["policy_calls"] / max(totals["forward_batches"] * lanes, 1),
@@ -246,12 +274,13 @@ def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) ->
             "forwards_per_timing": count,
             "seconds_per_forward": fwd,
             "cpu_per_wall": median("cpu_seconds_per_forward") / fwd,
-            "limit_nodes_per_second": lanes / fwd,
+            "limit_nodes_per_second": ratio["denominator"],
             "with_regret_matching_rows_per_second": lanes
             / median("seconds_per_forward_with_regret_matching"),
             "python_call_rows_per_second": lanes / median("seconds_per_forward_python_call"),
         },
-        "ratio": median("ratio"),
+        "ratio": ratio["value"],
+        "ratio_to_limit": ratio,
         "runs": runs,
     }
 
@@ -290,13 +319,17 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
             backend.close()
         total = functools.partial(_total, runs)
         seconds = total("seconds")
+        for run in runs:
+            run["nodes_per_second"] = run["nodes"] / run["seconds"]
         row = {
             "backend": label,
             "set_up_and_warm_up_seconds": time.perf_counter() - started - seconds,
             "warm_up_call_seconds": warm_seconds,
             "nodes": total("nodes"),
             "seconds": seconds,
-            "nodes_per_second": total("nodes") / seconds,
+            # the median call's (the lower median for an even count), as the ratios' parts
+            "nodes_per_second": bench_common.median_of(r["nodes_per_second"] for r in runs),
+            "nodes_per_second_over_all_calls": total("nodes") / seconds,
             "cpu_per_wall": total("cpu_seconds") / seconds,
             "policy_calls": total("policy_calls"),
             "forward_batches": total("forward_batches"),
@@ -315,9 +348,15 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
     for row in rows:
         for base in ("jax", "recursive"):
             if base in by_name:
-                row[f"ratio_to_{base}"] = (
-                    row["nodes_per_second"] / by_name[base]["nodes_per_second"]
+                record = bench_common.ratio(
+                    [r["nodes_per_second"] for r in row["runs"]],
+                    [r["nodes_per_second"] for r in by_name[base]["runs"]],
+                    numerator_is=f"{row['backend']} nodes/s",
+                    denominator_is=f"{base} nodes/s",
+                    rounds_are="call i of each backend; the backends run one after the other",
                 )
+                row[f"ratio_to_{base}_record"] = record
+                row[f"ratio_to_{base}"] = record["value"]
     return rows
 
 
@@ -342,12 +381,12 @@ def print_backend_table(rows: list[dict]) -> None:
         ("max", 5, lambda r: f"{r['batch_max'] or '-'}"),
         ("fwd s", 8, lambda r: f"{r['forward_seconds']:.2f}" if r["backend"] != "jax" else "-"),
         ("cpu/wall", 9, lambda r: f"{r['cpu_per_wall']:.2f}"),
-        ("vs jax", 8, lambda r: f"{r.get('ratio_to_jax', float('nan')):.3f}"),
-        ("vs recursive", 13, lambda r: f"{r.get('ratio_to_recursive', float('nan')):.2f}"),
+        ("vs jax", 8, lambda r: f"{r.get('ratio_to_jax', float('nan')):.4f}"),
+        ("vs recursive", 13, lambda r: f"{r.get('ratio_to_recursive', float('nan')):.4f}"),
     ]
     print_columns(columns, rows)
     print(
-        "nodes/s: traversal decisions per wall second over the timed calls; batch: network\n"
+        "nodes/s: traversal decisions per wall second of the median timed call; batch: network\n"
         "rows per forward (server: per server batch); max: largest server batch; fwd s:\n"
         "seconds the workers spent waiting for forwards (summed over workers); cpu/wall:\n"
         "CPU seconds of the trainer's process per wall second (workers not included)."
@@ -369,7 +408,7 @@ def print_table(results: list[dict]) -> None:
         ("cpu/wall", 9, lambda r: f"{r['cpu_per_wall']:.2f}"),
         ("nodes/s", 10, lambda r: f"{r['nodes_per_second']:,.0f}"),
         ("fwd limit", 11, lambda r: f"{r['forward']['limit_nodes_per_second']:,.0f}"),
-        ("ratio", 7, lambda r: f"{r['ratio']:.2f}"),
+        ("ratio", 8, lambda r: f"{r['ratio']:.4f}"),
         ("fwd share", 10, lambda r: f"{r['forward_share']:.2f}"),
         ("fwd+RM", 10, lambda r: f"{r['forward']['with_regret_matching_rows_per_second']:,.0f}"),
         ("percall", 10, lambda r: f"{r['forward']['python_call_rows_per_second']:,.0f}"),
@@ -382,7 +421,7 @@ def print_table(results: list[dict]) -> None:
         "seconds per traversal call;\ncpu/wall: process CPU seconds per wall second of a "
         "call (above 1: more than one core busy);\nfwd limit: lanes / seconds per forward "
         "in a jitted loop (network only), nodes/s; ratio: nodes/s / fwd limit\n"
-        "(median of per-repeat ratios); fwd share: forward_batches x seconds per forward / "
+        "(both the medians over the repeats); fwd share: forward_batches x seconds per forward / "
         "call s;\nfwd+RM: the same loop with the masked regret-matching head, rows/s; "
         "percall: one jitted forward per\nPython call, rows/s; compile s: first call - "
         "call s (compilation, roughly)."
@@ -408,6 +447,12 @@ def main() -> None:
         help="rows per forward-only timing (forwards = rows / lanes, at least --min-forwards)",
     )
     parser.add_argument("--min-forwards", type=int, default=20)
+    parser.add_argument(
+        "--goal-ratio", type=float, default=RATIO_GOAL, help="ratio to the limit at least"
+    )
+    parser.add_argument(
+        "--goal-nodes-per-second", type=float, default=NODES_PER_SECOND_GOAL, help="at least"
+    )
     parser.add_argument("--json", help="write the figures to this path")
     parser.add_argument(
         "--backends",
@@ -461,6 +506,7 @@ def main() -> None:
         print_backend_table(rows)
         if args.json:
             summary = {
+                "schema": 2,
                 "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
                 "torch_threads_per_worker": 1,
                 "config": args.config,
@@ -489,13 +535,22 @@ def main() -> None:
     print_table(results)
     best = max(results, key=lambda r: r["ratio"])
     fastest = max(results, key=lambda r: r["nodes_per_second"])
+    for r in results:
+        goal = r["nodes_per_second_goal"]
+        print(
+            f"lanes {r['lanes']}: "
+            + bench_common.describe(r["ratio_to_limit"])
+            + f"; {r['nodes_per_second']:,.0f} nodes/s against {goal['goal']:,.0f}: "
+            + ("met" if goal["goal_met"] else "NOT met")
+        )
     print(
-        f"best ratio {best['ratio']:.2f} at lanes {best['lanes']}; "
+        f"best ratio {best['ratio']:.4f} at lanes {best['lanes']}; "
         f"fastest {fastest['nodes_per_second']:,.0f} nodes/s at lanes {fastest['lanes']}"
     )
 
     if args.json:
         summary = {
+            "schema": 2,
             "machine": {
                 "cpus": os.cpu_count(),
                 "platform": platform.platform(),
@@ -516,6 +571,7 @@ def main() -> None:
             "sampling_mode": mode,
             "repeats": args.repeats,
             "limit_definition": LIMIT_DEFINITION,
+            "goals": {"ratio": args.goal_ratio, "nodes_per_second": args.goal_nodes_per_second},
             "results": results,
             "best_ratio": best["ratio"],
             "best_ratio_lanes": best["lanes"],

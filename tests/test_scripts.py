@@ -1,4 +1,5 @@
-"""The yardstick and plotting scripts run end to end on a smoke run."""
+"""The yardstick and plotting scripts run end to end on a smoke run (the benchmark
+scripts: tests/test_bench_scripts.py)."""
 
 import json
 import os
@@ -10,7 +11,6 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-pytest.importorskip("matplotlib", reason="the plots need the plots extra")
 
 
 def _script(name: str, *args, cwd=ROOT):
@@ -21,6 +21,7 @@ def _script(name: str, *args, cwd=ROOT):
 
 @pytest.mark.slow
 def test_best_response_then_plots(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plots need the plots extra")
     run = tmp_path / "run"
     _script(
         "best_response.py",
@@ -112,81 +113,3 @@ def test_expeditions_follows_every_opened_expedition(tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("refit_strategy.py", f"--workdir={run}", "--weighting=cubic")
     assert "--weighting must be one of" in failure.value.stderr
-
-
-def test_bench_checkpoint_times_every_format(tmp_path):
-    out = tmp_path / "bench.json"
-    _script(
-        "bench_checkpoint.py",
-        "--rows=500",
-        "--repeats=1",
-        f"--dir={tmp_path / 'ckpt'}",
-        f"--json={out}",
-    )
-    report = json.loads(out.read_text())
-    assert set(report["results"]) == {"npz", "orbax_sync", "orbax_async"}
-    for figures in report["results"].values():
-        assert 0 < figures["blocking_seconds"] <= figures["total_seconds"]
-    assert report["results"]["npz"]["blocking_vs_npz"] == 1.0
-    assert not (tmp_path / "ckpt" / "npz").exists()  # the saves are cleaned up
-
-
-@pytest.mark.slow
-def test_bench_iteration_reports_every_figure(tmp_path):
-    out = tmp_path / "iteration.json"
-    run = _script(
-        "bench_iteration.py",
-        "--config=configs/default.py:smoke",
-        "--variants=jax+optax",
-        "--iterations=1",
-        f"--json={out}",
-    )
-    assert "predecessor" in run.stdout and "jax+optax" in run.stdout
-    report = json.loads(out.read_text())
-    assert report["iterations"] == 1 and not report["checkpoint"]
-    (result,) = report["results"]
-    assert "error" not in result and result["variant"] == "jax+optax"
-    assert result["steady"] is None  # one iteration: only iteration 1, compiles included
-    first = result["iteration_1"]
-    timings = (
-        "iteration_seconds",
-        "traversal_seconds",
-        "memory_add_seconds",
-        "advantage_train_seconds",
-        "strategy_train_seconds",
-    )
-    for key in timings:
-        assert first[key] > 0, key
-    assert first["checkpoint_seconds"] == 0.0  # saving is off unless --checkpoint
-    assert first["iteration_seconds"] >= sum(first[key] for key in timings[1:])
-    for key in ("nodes_per_second", "advantage_ms_per_update", "strategy_ms_per_update"):
-        assert first[key] > 0, key
-    assert 0 < result["rss_after_iteration_1_gb"] <= result["peak_rss_gb"]
-    assert result["speedup_vs_first"]["iteration_seconds"] == 1.0
-    assert set(result["speedup_vs_predecessor"]) >= set(timings) - {"memory_add_seconds"}
-    assert report["references"]["predecessor"]["iteration_seconds"] == 132.1
-
-
-def test_bench_learner_times_the_learner_beside_its_bare_step(tmp_path):
-    out = tmp_path / "learner.json"
-    _script(
-        "bench_learner.py",
-        "--config=configs/default.py:smoke",
-        "--variants=optax,bare",
-        "--updates=4",
-        "--repeats=1",
-        "--rows=600",
-        "--capacity=1000",
-        f"--json={out}",
-    )
-    report = json.loads(out.read_text())
-    figures = {r["variant"]: r for r in report["results"]}
-    assert set(figures) == {"optax", "bare"}
-    for r in figures.values():
-        assert r["updates_per_second"] > 0 and np.isfinite(r["float32_loss_after"])
-
-
-def test_bench_iteration_refuses_unknown_variants():
-    with pytest.raises(subprocess.CalledProcessError) as failure:
-        _script("bench_iteration.py", "--variants=jax+sgd")
-    assert "learner must be one of" in failure.value.stderr

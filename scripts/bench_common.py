@@ -1,0 +1,131 @@
+"""What every benchmark reports about a ratio, a goal and an external reference.
+
+A RATIO is stored with its parts: `numerator` and `denominator` are figures of the same
+run, each the median over the rounds of its own per-round values (the lower median for
+an even count: `median_of`), and `value` is exactly numerator / denominator, the figure
+a table's own columns give. `rounds` are the per-round ratios (numerator and
+denominator of the same round; `rounds_are` says how a script pairs them) and `spread`
+their minimum, median and maximum. The quotient of the two lower medians always lies
+within that spread: of n values, more than n/2 lie at or above their lower median and
+at least n/2 at or below it, so some round has its numerator at or above the median
+numerator and its denominator at or below the median denominator (its ratio is at least
+the value), and some round the reverse (at most the value).
+
+A GOAL is judged on the unrounded `value` (`goal_met`: value >= goal, or value <= goal
+for a ceiling); `rounds_meeting_goal` counts the rounds that meet it alone. Printed
+figures carry four significant digits, so a figure just under its goal never reads as
+meeting it.
+
+An EXTERNAL REFERENCE is a figure this run did not measure (another program's, or
+lc_cfr's before a change, taken from the project's records): it is stored with its
+provenance (machine, date, iteration, what it includes) and compared as
+`against_external_reference`, never as a measured speed-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+# The lower median: for an odd count the median; for an even one an observed value (see
+# the module docstring for why the ratio of two of them stays within the spread).
+median_of = statistics.median_low
+
+
+def spread(values: Sequence[float]) -> dict:
+    """min <= median <= max of `values` (the median: `median_of`), and their count."""
+    values = [float(v) for v in values]
+    return {
+        "min": min(values),
+        "median": median_of(values),
+        "max": max(values),
+        "count": len(values),
+    }
+
+
+def goal_record(value: float, goal: float | None, *, ceiling: bool = False) -> dict:
+    """{goal, goal_kind, goal_met}: `value` against `goal` as measured, unrounded."""
+    if goal is None:
+        return {"goal": None, "goal_kind": None, "goal_met": None}
+    met = value <= goal if ceiling else value >= goal
+    return {"goal": goal, "goal_kind": "at most" if ceiling else "at least", "goal_met": met}
+
+
+def ratio(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    *,
+    numerator_is: str,
+    denominator_is: str,
+    goal: float | None = None,
+    ceiling: bool = False,
+    rounds_are: str = "timed back to back, round by round",
+) -> dict:
+    """A ratio with its parts: per-round numerators and denominators (same length, same
+    run) -> value = median numerator / median denominator, the per-round ratios and their
+    spread, and the goal judged on the unrounded value."""
+    if len(numerators) != len(denominators) or not numerators:
+        raise ValueError("a ratio needs as many numerators as denominators, at least one")
+    numerator, denominator = median_of(numerators), median_of(denominators)
+    rounds = [n / d for n, d in zip(numerators, denominators, strict=True)]
+    record = {
+        "value": numerator / denominator,
+        "numerator": numerator,
+        "denominator": denominator,
+        "numerator_is": numerator_is,
+        "denominator_is": denominator_is,
+        "rounds": rounds,
+        "rounds_are": rounds_are,
+        "spread": spread(rounds),
+        **goal_record(numerator / denominator, goal, ceiling=ceiling),
+    }
+    if goal is not None:
+        record["rounds_meeting_goal"] = sum((r <= goal) if ceiling else (r >= goal) for r in rounds)
+    return record
+
+
+def describe(record: dict, name: str = "ratio") -> str:
+    """One line: the value with its parts, the spread over rounds and the goal."""
+    s = record["spread"]
+    text = (
+        f"{name} {record['value']:.4g} = {record['numerator']:.6g} ({record['numerator_is']}) "
+        f"/ {record['denominator']:.6g} ({record['denominator_is']}); "
+        f"{s['count']} round(s): min {s['min']:.4g}, median {s['median']:.4g}, "
+        f"max {s['max']:.4g}"
+    )
+    if record.get("goal") is not None:
+        verdict = "met" if record["goal_met"] else "NOT met"
+        text += (
+            f"; goal {record['goal_kind']} {record['goal']:g}: {verdict} "
+            f"({record['rounds_meeting_goal']} of {s['count']} rounds meet it)"
+        )
+    return text
+
+
+def external_reference(figures: dict, provenance: dict) -> dict:
+    """A figure set this run did not measure, labelled as such, with its provenance."""
+    return {
+        "kind": "external reference (not measured by this run)",
+        "provenance": provenance,
+        "figures": dict(figures),
+    }
+
+
+def against_reference(reference: dict, measured: dict, keys: Sequence[str], compared_with: str):
+    """reference figure / measured figure per key (where both exist), with both parts.
+
+    Not a measured speed-up: the reference comes from another run, program or machine
+    state (its provenance says which); `compared_with` names the measured figures used
+    (e.g. 'iteration_1', to match a reference that was a first iteration).
+    """
+    rows = {}
+    for key in keys:
+        ref, got = reference["figures"].get(key), (measured or {}).get(key)
+        if ref and got:
+            rows[key] = {"reference": ref, "measured": got, "reference_over_measured": ref / got}
+    return {
+        "kind": reference["kind"],
+        "provenance": reference["provenance"],
+        "compared_with": compared_with,
+        "figures": rows,
+    }
