@@ -43,6 +43,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from lc_cfr import compile_cache
 from lc_cfr.bots import BOT_NAMES
 from lc_cfr.eval import games as eval_games
 from lc_cfr.eval.api import (
@@ -441,9 +442,7 @@ def _main(argv):
         openspiel_simulations=_SIMULATIONS.value,
         compute_dtype=_COMPUTE_DTYPE.value,
     )
-    cache = os.environ.get("LC_CFR_JAX_CACHE", os.path.expanduser("~/.cache/lc_cfr/jax"))
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    compile_cache.enable(compile_cache.directory())
     document = run_request(request)
     where = (
         f"checkpoint {document['checkpoint']} of {request.workdir}"

@@ -15,10 +15,10 @@ coordinator_address=auto under SLURM / Open MPI); process 0 writes --workdir
 import os
 import sys
 
-import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from lc_cfr import compile_cache
 from lc_cfr.train import Trainer, distributed
 from lc_cfr.train.health import NonFiniteError
 from lc_cfr.train.trainer import default_workdir
@@ -34,9 +34,7 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    cache = os.environ.get("LC_CFR_JAX_CACHE", os.path.expanduser("~/.cache/lc_cfr/jax"))
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    compile_cache.enable(compile_cache.directory())
     workdir = _WORKDIR.value or str(default_workdir())
     try:
         # before anything touches a device: the processes agree on one device list

@@ -20,7 +20,6 @@ This module is the command line only; the game itself is `lc_cfr.terminal_game`.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -30,9 +29,9 @@ if __name__ == "__main__":
     # from inside an import; main() hands SIGINT back to the game's own handling.
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 
-import jax  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
+from lc_cfr import compile_cache  # noqa: E402
 from lc_cfr.terminal_game import MODES, Game, PlayError, load_agent  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -99,9 +98,7 @@ def main(argv) -> int:
         _fail(f"unexpected arguments {argv[1:]} (all options are --flags)", status=2)
     if not FLAGS.workdir:
         _fail("--workdir is required: the training run to play against", status=2)
-    cache = os.environ.get("LC_CFR_JAX_CACHE", os.path.expanduser("~/.cache/lc_cfr/jax"))
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    compile_cache.enable(compile_cache.directory())
     deal = FLAGS.deal if FLAGS.deal is not None else time.time_ns() // 1000 % 2**31
     try:
         game = Game(load_agent(FLAGS.workdir, FLAGS.checkpoint), mode=FLAGS.mode)

@@ -37,6 +37,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from lc_cfr import compile_cache
 from lc_cfr import eval as lc_eval
 from lc_cfr.bots import BOT_NAMES, jax_bots
 from lc_cfr.game import random_play
@@ -210,9 +211,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
 
-    cache = os.environ.get("LC_CFR_JAX_CACHE")
-    if cache:
-        jax.config.update("jax_compilation_cache_dir", cache)
+    compile_cache.enable(compile_cache.directory(default=None))
     rules = Rules()
     spec = mlp.NetworkSpec(rules.encoding_size, rules.num_actions, args.hidden, args.layers)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)

@@ -110,6 +110,7 @@ from bench_learner import random_memory  # noqa: E402
 from bench_traversal import load_config  # noqa: E402
 from best_response import apply_overrides  # noqa: E402
 
+from lc_cfr import compile_cache  # noqa: E402
 from lc_cfr.memory import reservoir  # noqa: E402
 from lc_cfr.train import Trainer  # noqa: E402
 from lc_cfr.train.trainer import LEARNERS  # noqa: E402
@@ -369,10 +370,7 @@ def reset_peak_rss() -> None:
 
 def run_variant(args) -> dict:
     """Trains `args.iterations` iterations of `args.child` and returns its figures."""
-    if args.jax_cache:
-        # as lc_cfr.main: a training run compiles through the persistent cache
-        jax.config.update("jax_compilation_cache_dir", args.jax_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    compile_cache.enable(args.jax_cache)  # as lc_cfr.main: through the persistent cache
     config = variant_config(args.config, args.set, args.child)
     config.checkpoint.save_latest = bool(args.checkpoint)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench_iteration_"))

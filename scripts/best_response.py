@@ -20,18 +20,16 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import pathlib
 import sys
 import tempfile
 import time
 
-import jax
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from configs import default as default_config  # noqa: E402
+from lc_cfr import compile_cache  # noqa: E402
 from lc_cfr.bots import BOT_NAMES  # noqa: E402
 from lc_cfr.train import Trainer  # noqa: E402
 
@@ -99,8 +97,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the curve here")
     args = parser.parse_args()
 
-    cache = os.environ.get("LC_CFR_JAX_CACHE", os.path.expanduser("~/.cache/lc_cfr/jax"))
-    jax.config.update("jax_compilation_cache_dir", cache)
+    compile_cache.enable(compile_cache.directory())
     config = default_config.get_config(args.preset)
     config.seed = args.seed
     config.traversal.opponent_policy = args.opponent

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lc_cfr import compile_cache
 from lc_cfr.bots import BOT_NAMES, jax_bots
 from lc_cfr.game.env import EnvState, LostCitiesEnv
 from lc_cfr.game.rules import Rules
@@ -270,9 +271,7 @@ def main() -> None:
     if args.games < 1 or args.search_games < 0 or args.simulations < 1:
         raise SystemExit("--games and --simulations must be >= 1, --search-games >= 0")
 
-    cache = os.environ.get("LC_CFR_JAX_CACHE")
-    if cache:
-        jax.config.update("jax_compilation_cache_dir", cache)
+    compile_cache.enable(compile_cache.directory(default=None))
     env = LostCitiesEnv(_rules(args.rule))
     summary = {
         "rules": env.rules.to_dict(),

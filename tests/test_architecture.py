@@ -18,6 +18,7 @@ PACKAGE = ROOT / "lc_cfr"
 # lc_cfr or a top-level module; it may import its own modules and lower layers only.
 LAYERS = {
     "game": 0,
+    "compile_cache": 0,
     "bots": 1,
     "nets": 1,
     "memory": 1,
