@@ -20,10 +20,13 @@ An EXTERNAL REFERENCE is a figure this run did not measure (another program's, o
 lc_cfr's before a change, taken from the project's records): it is stored with its
 provenance (machine, date, iteration, what it includes) and compared as
 `against_external_reference`, never as a measured speed-up.
+
+The scripts also share how they read a config argument (`load_config`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 from collections.abc import Sequence
 
@@ -129,3 +132,14 @@ def against_reference(reference: dict, measured: dict, keys: Sequence[str], comp
         "compared_with": compared_with,
         "figures": rows,
     }
+
+
+def load_config(arg: str):
+    """The ConfigDict of a config file, `path` or `path:preset` (as lc_cfr.main takes)."""
+    path, _, preset = arg.partition(":")
+    module_spec = importlib.util.spec_from_file_location("_bench_config", path)
+    if module_spec is None or module_spec.loader is None:
+        raise SystemExit(f"cannot load config file {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(preset)

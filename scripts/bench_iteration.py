@@ -107,7 +107,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_common  # noqa: E402
 from bench_learner import random_memory  # noqa: E402
-from bench_traversal import load_config  # noqa: E402
 from best_response import apply_overrides  # noqa: E402
 
 from lc_cfr import compile_cache  # noqa: E402
@@ -237,7 +236,7 @@ def parse_variant(text: str) -> tuple[str, str, tuple[str, ...]]:
 def variant_config(config_arg: str, overrides: list[str], variant: str):
     """The config a variant trains with: the file, the --set overrides, the variant's
     backend and learner, evaluation and the progress bar off."""
-    config = load_config(config_arg)
+    config = bench_common.load_config(config_arg)
     apply_overrides(config, overrides)
     backend, learner, extras = parse_variant(variant)
     config.traversal.backend = backend

@@ -57,7 +57,7 @@ EXTRAS = ("amp", "bf16", "compile")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common  # noqa: E402
-from bench_traversal import DEFAULT_CONFIG, load_config  # noqa: E402
+from bench_traversal import DEFAULT_CONFIG  # noqa: E402
 
 # The learner on its memory against the bare step (docs/performance.md, issue 13).
 LEARNER_GOAL = 0.95
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures to this path")
     args = parser.parse_args()
 
-    config = load_config(args.config)
+    config = bench_common.load_config(args.config)
     config.optimization.advantage_updates = args.updates
     rules = rules_from_config(config)
     spec = spec_from_config(config, rules)

@@ -31,7 +31,6 @@ measurement on separate accelerators or hosts.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -48,17 +47,6 @@ import bench_common  # noqa: E402
 
 DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:small"
 RESULT = "BENCH_SCALING_RESULT "
-
-
-def load_config(arg: str):
-    """The ConfigDict of a config file, `path` or `path:preset` (as lc_cfr.main takes)."""
-    path, _, preset = arg.partition(":")
-    module_spec = importlib.util.spec_from_file_location("_bench_scaling_config", path)
-    if module_spec is None or module_spec.loader is None:
-        raise SystemExit(f"cannot load config file {path}")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(preset)
 
 
 # ----- one setting (a worker process) ------------------------------------------------
@@ -81,7 +69,7 @@ def worker(args) -> None:
     from lc_cfr.train.trainer import options_from_config, rules_from_config, spec_from_config
     from lc_cfr.traversal import api, lockstep
 
-    config = load_config(args.config)
+    config = bench_common.load_config(args.config)
     if args.traversals:
         config.traversal.traversals_per_player = args.traversals
     rules = rules_from_config(config)

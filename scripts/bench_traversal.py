@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
-import importlib.util
 import json
 import os
 import platform
@@ -103,17 +102,6 @@ NODES_PER_SECOND_GOAL = 60_000.0
 
 
 # ----- set-up from the config ------------------------------------------------------
-
-
-def load_config(arg: str):
-    """The ConfigDict of a config file, `path` or `path:preset` (as lc_cfr.main takes)."""
-    path, _, preset = arg.partition(":")
-    module_spec = importlib.util.spec_from_file_location("_bench_traversal_config", path)
-    if module_spec is None or module_spec.loader is None:
-        raise SystemExit(f"cannot load config file {path}")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(preset)
 
 
 def options_for(config, traversals: int, sampling_mode: str):
@@ -477,7 +465,7 @@ def main() -> None:
     if args.traversals and max(lanes_values) > args.traversals:
         parser.error(f"--lanes {max(lanes_values)} exceeds --traversals {args.traversals}")
 
-    config = load_config(args.config)
+    config = bench_common.load_config(args.config)
     for item in args.set:
         field, _, text = item.partition("=")
         *path, last = field.split(".")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import enum
 import functools
 import json
 import pathlib
@@ -109,6 +110,32 @@ def read_run_config(path: pathlib.Path) -> ml_collections.ConfigDict:
         if field not in config[block]:
             config[block][field] = value
     return config
+
+
+class KeyOwner(enum.IntEnum):
+    """Whose random stream a trainer key belongs to (`Trainer.key`); the players' own
+    advantage networks and memories are 0 and 1. The numbers are part of the run format:
+    changing one changes every run's bits."""
+
+    PLAYER_0 = 0
+    PLAYER_1 = 1
+    STRATEGY = 2  # the average-strategy network
+    VALUE = 3  # the history value network
+    SD_CFR = 4  # the SD-CFR snapshot reservoir
+
+
+class KeyUse(enum.IntEnum):
+    """What a trainer key is drawn for, within its owner's stream."""
+
+    INIT = 0  # network initialisation (iteration 0)
+    ADVANTAGE_ADD = 1  # reservoir slots of a player's advantage samples
+    STRATEGY_ADD = 2  # reservoir slots of the strategy samples a player's traversal made
+    REINIT = 3  # advantage_init='scratch': the network re-drawn every iteration
+    TRAIN = 4  # the learner's batches
+    # the SD_CFR stream's own uses (their numbers repeat INIT's and ADVANTAGE_ADD's, as
+    # aliases, in a stream that has neither)
+    SNAPSHOT_DRAW = 0  # whether this iteration's networks enter the reservoir
+    SNAPSHOT_PICK = 1  # which slot they replace
 
 
 class TrainState(NamedTuple):
@@ -461,9 +488,10 @@ class Trainer:
 
     # ----- randomness: a pure function of (seed, iteration, player, purpose) -----------
 
-    def key(self, iteration: int, player: int, purpose: int) -> jax.Array:
+    def key(self, iteration: int, owner: int, use: KeyUse) -> jax.Array:
+        """The key of `owner`'s stream (a KeyOwner, or a player) for `use` at `iteration`."""
         k = jax.random.fold_in(self.base_key, iteration)
-        return jax.random.fold_in(jax.random.fold_in(k, player), purpose)
+        return jax.random.fold_in(jax.random.fold_in(k, KeyOwner(owner)), use)
 
     def epsilon(self, t: int) -> float | None:
         """Outcome sampling's exploration at iteration t: outcome_sampling_epsilon times
@@ -480,8 +508,10 @@ class Trainer:
     # ----- state -------------------------------------------------------------------
 
     def initial_state(self) -> TrainState:
-        adv = [self.advantage_learner.init(self.key(0, p, 0)) for p in (0, 1)]
-        strategy_params, strategy_opt = self.strategy_learner.init(self.key(0, 2, 0))
+        adv = [self.advantage_learner.init(self.key(0, p, KeyUse.INIT)) for p in (0, 1)]
+        strategy_params, strategy_opt = self.strategy_learner.init(
+            self.key(0, KeyOwner.STRATEGY, KeyUse.INIT)
+        )
         memory = lambda capacity: reservoir.reservoir_init(  # noqa: E731
             capacity=capacity,
             num_actions=self.rules.num_actions,
@@ -532,8 +562,8 @@ class Trainer:
             self.config.training_weighting.mode, 1.0
         )
         total = state.sd_weight + weight
-        draw = float(jax.random.uniform(self.key(t, 4, 0)))
-        pick = int(jax.random.randint(self.key(t, 4, 1), (), 0, k))
+        draw = float(jax.random.uniform(self.key(t, KeyOwner.SD_CFR, KeyUse.SNAPSHOT_DRAW)))
+        pick = int(jax.random.randint(self.key(t, KeyOwner.SD_CFR, KeyUse.SNAPSHOT_PICK), (), 0, k))
         slot = chao_slot(state.sd_count, k, weight, total, draw, pick)
         stacks = state.sd_advantage
         if slot is not None:
@@ -546,7 +576,7 @@ class Trainer:
     def _initial_value_state(self) -> dict:
         if self.value_learner is None:
             return {}
-        params, opt = self.value_learner.init(self.key(0, 3, 0))
+        params, opt = self.value_learner.init(self.key(0, KeyOwner.VALUE, KeyUse.INIT))
         capacity = self.config.memory.value_capacity
         memory = reservoir.reservoir_init(
             capacity=capacity,
@@ -624,7 +654,7 @@ class Trainer:
             start = time.perf_counter()
             adv_memory[p] = self._add(
                 adv_memory[p],
-                self.key(t, p, 1),
+                self.key(t, p, KeyUse.ADVANTAGE_ADD),
                 samples.advantage_info,
                 samples.advantage_mask,
                 samples.advantage_target,
@@ -633,7 +663,7 @@ class Trainer:
             )
             strategy_memory = self._add(
                 strategy_memory,
-                self.key(t, p, 2),
+                self.key(t, p, KeyUse.STRATEGY_ADD),
                 samples.strategy_info,
                 samples.strategy_mask,
                 samples.strategy_policy,
@@ -654,7 +684,9 @@ class Trainer:
 
             start = time.perf_counter()
             if self.config.optimization.advantage_init == "scratch":
-                adv_params[p], adv_opt[p] = self.advantage_learner.init(self.key(t, p, 3))
+                adv_params[p], adv_opt[p] = self.advantage_learner.init(
+                    self.key(t, p, KeyUse.REINIT)
+                )
             updates = learn_api.updates_for(
                 int(adv_memory[p].size),
                 floor=self.advantage_learner.num_updates,
@@ -670,7 +702,7 @@ class Trainer:
                     adv_params[p],
                     adv_opt[p],
                     adv_memory[p],
-                    self.key(t, p, 4),
+                    self.key(t, p, KeyUse.TRAIN),
                     updates,
                 ),
                 (state.advantage_params[p], state.advantage_opt[p]),
@@ -692,7 +724,10 @@ class Trainer:
                 "average-strategy network",
                 t,
                 self.strategy_learner.train(
-                    strategy_params, strategy_opt, strategy_memory, self.key(t, 2, 4)
+                    strategy_params,
+                    strategy_opt,
+                    strategy_memory,
+                    self.key(t, KeyOwner.STRATEGY, KeyUse.TRAIN),
                 ),
                 (strategy_params, strategy_opt),
                 row,
@@ -715,7 +750,9 @@ class Trainer:
             value_params, value_opt, losses = self._checked(
                 "value network",
                 t,
-                self.value_learner.train(value_params, value_opt, value_memory, self.key(t, 3, 4)),
+                self.value_learner.train(
+                    value_params, value_opt, value_memory, self.key(t, KeyOwner.VALUE, KeyUse.TRAIN)
+                ),
                 (value_params, value_opt),
                 row,
             )
@@ -1024,10 +1061,6 @@ class Trainer:
                 f"no checkpoint in {store.directory} reads whole: " + "; ".join(damaged)
             )
         return None
-
-    def _templates(self):
-        params = jax.eval_shape(lambda: mlp.init_params(self.spec, jax.random.PRNGKey(0)))
-        return params, params
 
     def _check_resumable(self) -> None:
         saved_path = self.workdir / "config.json"
