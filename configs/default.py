@@ -152,7 +152,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # SD-CFR (Steinberger 2019): advantage-network snapshots kept for the `sd_cfr` policy
     # view, which plays one snapshot per game drawn by its iteration's weight; 0 = off.
     config.sd_cfr = ml_collections.ConfigDict()
-    config.sd_cfr.snapshots = 0  # K, filled by a weighted reservoir (lc_cfr.train.trainer)
+    config.sd_cfr.snapshots = 0  # K, filled by a weighted reservoir (lc_cfr.train.snapshots)
 
     config.memory = ml_collections.ConfigDict()
     config.memory.advantage_capacity = 2_000_000  # per player

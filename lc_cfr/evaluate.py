@@ -36,25 +36,15 @@ import math
 import os
 import pathlib
 import sys
-import time
 from typing import NamedTuple
 
-import jax
-import numpy as np
 from absl import app, flags
 
 from lc_cfr import compile_cache
 from lc_cfr.bots import BOT_NAMES
 from lc_cfr.eval import games as eval_games
-from lc_cfr.eval.api import (
-    POLICY_VIEWS,
-    SD_CFR,
-    evaluate,
-    evaluate_bots,
-    metric_key,
-    snapshot_blocks,
-)
-from lc_cfr.eval.metrics import summarize
+from lc_cfr.eval import sequential
+from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, parse_names
 from lc_cfr.game import rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
@@ -114,15 +104,6 @@ class Request(NamedTuple):
     compute_dtype: str | None = None  # None: the run's network.compute_dtype
 
 
-def _names(text: str | None, flag: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in (text or "").split(",") if part.strip())
-    if not names:
-        raise app.UsageError(f"--{flag} must name at least one entry, got {text!r}")
-    if len(set(names)) != len(names):
-        raise app.UsageError(f"--{flag} names an entry twice: {text!r}")
-    return names
-
-
 def _parse_rules(text: str | None) -> Rules:
     if not text:
         return Rules()
@@ -167,14 +148,15 @@ def parse_request(
         if agent is not None:
             spiel_bots.check_player_name(agent, "--agent")
         opponent_names = tuple(
-            spiel_bots.check_player_name(n, "--opponents") for n in _names(opponents, "opponents")
+            spiel_bots.check_player_name(n, "--opponents")
+            for n in parse_names(opponents, "--opponents")
         )
         eval_games.check_games(games, lanes, games_field="--games", lanes_field="--lanes")
         rng.as_word(seed, "--seed")
         simulations = spiel_bots.check_simulations(openspiel_simulations, "--openspiel_simulations")
+        view_names = parse_names(views, "--views")
     except ValueError as error:
         raise app.UsageError(str(error)) from None
-    view_names = _names(views, "views")
     for view in view_names:
         if view not in POLICY_VIEWS:
             raise app.UsageError(f"--views must be among {list(POLICY_VIEWS)}, got {view!r}")
@@ -214,104 +196,6 @@ def parse_request(
     )
 
 
-def _sequential(*names: str) -> bool:
-    """Whether a pair is played by the sequential OpenSpiel loop (not the lockstep one)."""
-    return any(name in spiel_bots.OPENSPIEL_BOTS for name in names)
-
-
-def _play_sequential(rules, blocks, name: str, opponent: str, request: Request) -> dict:
-    """`eval/<name>/<opponent>/<metric>` of (agent, deals) blocks played against `opponent`
-    by the sequential loop, their records joined (one block, or one per SD-CFR snapshot);
-    the metrics of `lc_cfr.eval`, the timings all run time (nothing is compiled)."""
-    start = time.perf_counter()
-    results = [
-        spiel_bots.play_mirrored(
-            rules,
-            agent,
-            spiel_bots.bot_player(
-                opponent, seed=request.seed, simulations=request.openspiel_simulations
-            ),
-            deals=deals,
-            seed=request.seed,
-        )
-        for agent, deals in blocks
-    ]
-    records = {
-        field: np.concatenate([r.records[field] for r in results], axis=1)
-        for field in eval_games.GameRecords._fields
-    }
-    metrics = summarize(eval_games.GameRecords(**records))
-    seconds = time.perf_counter() - start
-    metrics.update(
-        seconds=seconds,
-        compile_seconds=0.0,
-        run_seconds=seconds,
-        games_per_second=metrics["games"] / max(seconds, 1e-9),
-    )
-    return {metric_key(name, opponent, metric): value for metric, value in metrics.items()}
-
-
-def _bots_metrics(request: Request) -> dict[str, float]:
-    """Bot against bots: lc_cfr pairs in lockstep, pairs with an OpenSpiel bot in sequence."""
-    agent = request.agent
-    lockstep = [o for o in request.opponents if not _sequential(agent, o)]
-    metrics = {}
-    if lockstep:
-        metrics.update(
-            evaluate_bots(
-                request.rules,
-                agent=agent,
-                opponents=lockstep,
-                games=request.games,
-                seed=request.seed,
-                lanes=request.lanes,
-            )
-        )
-    for opponent in request.opponents:
-        if opponent in lockstep:
-            continue
-        player = spiel_bots.bot_player(
-            agent, seed=request.seed, simulations=request.openspiel_simulations
-        )
-        blocks = [(player, request.games // 2)]
-        metrics.update(_play_sequential(request.rules, blocks, agent, opponent, request))
-    return metrics
-
-
-def _views_sequential(networks, views: dict, opponent: str, request, fallback) -> dict:
-    """A run's policy views against an OpenSpiel bot, one game at a time."""
-    metrics = {}
-    for view, params in views.items():
-        if view == SD_CFR:
-            # as lc_cfr.eval: each snapshot's regret-matching policy plays its own block
-            chosen, per_block = snapshot_blocks(params.count, request.games // 2, request.seed)
-            blocks = []
-            for block, k in enumerate(chosen):
-                pair = tuple(jax.tree.map(lambda x, k=k: x[k], p) for p in params.advantage)
-                player = spiel_bots.NetworkPlayer(
-                    networks.spec,
-                    pair,
-                    view="current",
-                    mode=request.mode,
-                    fallback=fallback,
-                    seed=request.seed,
-                    name=SD_CFR,
-                )
-                blocks.append((player, range(block * per_block, (block + 1) * per_block)))
-        else:
-            player = spiel_bots.NetworkPlayer(
-                networks.spec,
-                params,
-                view=view,
-                mode=request.mode,
-                fallback=fallback,
-                seed=request.seed,
-            )
-            blocks = [(player, request.games // 2)]
-        metrics.update(_play_sequential(networks.rules, blocks, view, opponent, request))
-    return metrics
-
-
 def run_request(request: Request) -> dict:
     """Evaluates; returns the JSON document (the metrics under "metrics")."""
     document = {
@@ -320,10 +204,19 @@ def run_request(request: Request) -> dict:
         "opponents": list(request.opponents),
         "lanes": request.lanes or eval_games.DEFAULT_LANES,
     }
-    if any(_sequential(name) for name in (request.agent or "", *request.opponents)):
+    if sequential.is_sequential(spiel_bots, request.agent or "", *request.opponents):
         document["openspiel_simulations"] = request.openspiel_simulations
     if request.agent is not None:
-        metrics = _bots_metrics(request)
+        metrics = sequential.evaluate_bots(
+            spiel_bots,
+            request.rules,
+            agent=request.agent,
+            opponents=request.opponents,
+            games=request.games,
+            seed=request.seed,
+            lanes=request.lanes,
+            simulations=request.openspiel_simulations,
+        )
         document.update(agent=request.agent, rules=request.rules.to_dict())
     else:
         from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
@@ -344,24 +237,19 @@ def run_request(request: Request) -> dict:
                 "(sd_cfr.snapshots was 0)"
             )
         fallback = networks.config.regret_matching.all_negative_fallback
-        views = {view: available[view] for view in request.views}
-        lockstep = [o for o in request.opponents if not _sequential(o)]
-        metrics = {}
-        if lockstep:
-            metrics = evaluate(
-                networks.rules,
-                networks.spec,
-                views,
-                opponents=lockstep,
-                games=request.games,
-                view_modes=request.mode,
-                seed=request.seed,
-                fallback=fallback,
-                lanes=request.lanes,
-            )
-        for opponent in request.opponents:
-            if opponent not in lockstep:
-                metrics.update(_views_sequential(networks, views, opponent, request, fallback))
+        metrics = sequential.evaluate(
+            spiel_bots,
+            networks.rules,
+            networks.spec,
+            {view: available[view] for view in request.views},
+            opponents=request.opponents,
+            games=request.games,
+            mode=request.mode,
+            seed=request.seed,
+            fallback=fallback,
+            lanes=request.lanes,
+            simulations=request.openspiel_simulations,
+        )
         document.update(
             workdir=str(request.workdir),
             checkpoint=networks.iteration,
@@ -379,7 +267,7 @@ def run_request(request: Request) -> dict:
 
 def _exploitability(networks, views) -> dict:
     """Exact figures of the views (points), and the uniform policy's for reference."""
-    from lc_cfr.train.trainer import exploitability_evaluator
+    from lc_cfr.train.setup import exploitability_evaluator
 
     try:
         evaluator = exploitability_evaluator(networks.config, networks.rules, networks.spec)

@@ -24,7 +24,7 @@ from typing import Any
 from absl import app, flags
 
 from lc_cfr.train import checkpoint
-from lc_cfr.train.trainer import read_run_config
+from lc_cfr.train.run_format import read_run_config
 
 FLAGS = flags.FLAGS
 DEFAULT_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "configs" / "default.py"

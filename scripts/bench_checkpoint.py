@@ -47,7 +47,7 @@ from configs import default as default_config  # noqa: E402
 from lc_cfr.learn import make_optimizer  # noqa: E402
 from lc_cfr.nets import mlp  # noqa: E402
 from lc_cfr.train import checkpoint  # noqa: E402
-from lc_cfr.train.trainer import rules_from_config, spec_from_config  # noqa: E402
+from lc_cfr.train.setup import rules_from_config, spec_from_config  # noqa: E402
 
 
 def flat(name: str, tree) -> dict[str, np.ndarray]:

@@ -112,7 +112,7 @@ from best_response import apply_overrides  # noqa: E402
 from lc_cfr import compile_cache  # noqa: E402
 from lc_cfr.memory import reservoir  # noqa: E402
 from lc_cfr.train import Trainer  # noqa: E402
-from lc_cfr.train.trainer import LEARNERS  # noqa: E402
+from lc_cfr.train.setup import LEARNERS  # noqa: E402
 from lc_cfr.traversal.registry import BACKENDS  # noqa: E402
 
 DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:wide,classic"

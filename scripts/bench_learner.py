@@ -1,7 +1,7 @@
 """Training speed of the optax and torch learners side by side (optimization.learner).
 
 Builds the advantage learner of the config exactly as the trainer does
-(`lc_cfr.train.trainer.learner_from_config`) for each variant, `optax`, `optax+bf16`
+(`lc_cfr.train.setup.learner_from_config`) for each variant, `optax`, `optax+bf16`
 (network.compute_dtype='bfloat16'), `torch`, `torch+bf16`, `torch+amp` (run.use_amp:
 bfloat16 autocast) and `torch+compile` (run.torch_compile), and `bare` (`BareStep`: the
 optax step on one fixed batch, no memory: the limit the learner is held to). It fills
@@ -51,7 +51,7 @@ import torch
 from lc_cfr.learn.learner import Learner, make_optimizer
 from lc_cfr.memory import codec as memory_codec
 from lc_cfr.memory import reservoir
-from lc_cfr.train.trainer import learner_from_config, rules_from_config, spec_from_config
+from lc_cfr.train.setup import learner_from_config, rules_from_config, spec_from_config
 
 EXTRAS = ("amp", "bf16", "compile")
 

@@ -4,7 +4,7 @@ Every setting runs in fresh subprocesses: D forced host devices in one process
 (XLA_FLAGS=--xla_force_host_platform_device_count=D), or P processes on localhost joined
 by `jax.distributed` (CPU collectives over gloo), each with --devices-per-process forced
 devices. Each setting builds the rules, network shape, traversal options and lanes from
-the config exactly as the trainer does (lc_cfr.train.trainer.*_from_config), gives the
+the config exactly as the trainer does (lc_cfr.train.setup.*_from_config), gives the
 networks random parameters, and calls `lockstep.run_traversals` over every device of the
 run (lc_cfr.traversal.sharding): one untimed call (compilation), then --repeats timed
 calls, traversers alternating. The figure is nodes per second (traversal decisions,
@@ -66,7 +66,7 @@ def worker(args) -> None:
     import jax.numpy as jnp
 
     from lc_cfr.nets import mlp
-    from lc_cfr.train.trainer import options_from_config, rules_from_config, spec_from_config
+    from lc_cfr.train.setup import options_from_config, rules_from_config, spec_from_config
     from lc_cfr.traversal import api, lockstep
 
     config = bench_common.load_config(args.config)
@@ -90,7 +90,7 @@ def worker(args) -> None:
 
     def call(iteration: int):
         start = time.perf_counter()
-        samples, stats = lockstep.run_traversals(
+        samples, stats, _ = lockstep.run_traversals(
             rules,
             spec,
             options,
@@ -115,7 +115,7 @@ def worker(args) -> None:
             "local_devices": used // jax.process_count(),
             "lanes": lanes,
             "lanes_per_device": lanes // used,
-            "traversals_per_call": options.num_traversals,
+            "traversals_per_call": options.traversals_per_player,
             "first_call_seconds": compile_seconds,
             "seconds_per_call": statistics.median(s for s, _ in timed),
             "nodes_per_call": statistics.median(n for _, n in timed),

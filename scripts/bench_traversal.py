@@ -1,7 +1,7 @@
 """Traversal throughput of the `jax` backend vs the forward-only limit, at several lanes.
 
 Builds the rules, network shape and traversal options from the config exactly as the
-trainer does (lc_cfr.train.trainer.*_from_config; only `lanes`, the traversal quota and
+trainer does (lc_cfr.train.setup.*_from_config; only `lanes`, the traversal quota and
 optionally the sampling mode are overridden), gives the two advantage networks and the
 strategy network random parameters (league: one copy of the strategy network), and
 times calls of the `jax` backend (lc_cfr.traversal.lockstep.run_traversals). Its figure
@@ -71,7 +71,7 @@ import jax
 import jax.numpy as jnp
 
 from lc_cfr.nets import mlp
-from lc_cfr.train.trainer import (
+from lc_cfr.train.setup import (
     options_from_config,
     rules_from_config,
     spec_from_config,
@@ -199,7 +199,9 @@ def bench_lanes(config, rules, spec, networks, lanes, traversals, mode, args) ->
 
     _, first_seconds, _ = timed(traverse, 1, 0)  # compiles, then runs iteration 1
     count = max(args.min_forwards, -(-args.forward_rows // lanes))
-    forwards = ForwardTimer(spec, networks.advantage[0], options.fallback, lanes, count)
+    forwards = ForwardTimer(
+        spec, networks.advantage[0], options.all_negative_fallback, lanes, count
+    )
 
     runs = []
     for i in range(args.repeats):  # distinct iterations (other games), same compiled code

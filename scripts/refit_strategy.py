@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from lc_cfr.eval.api import evaluate  # noqa: E402
 from lc_cfr.learn.learner import WEIGHTING_MODES  # noqa: E402
-from lc_cfr.train.trainer import Trainer, read_run_config  # noqa: E402
+from lc_cfr.train.run_format import read_run_config  # noqa: E402
+from lc_cfr.train.trainer import Trainer  # noqa: E402
 
 INITS = ("warm", "scratch")
 

@@ -128,6 +128,18 @@ def test_the_import_graph_has_no_cycle():
             assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+# Who may load the training loop: the command line that trains, and the package's lazy
+# `lc_cfr.train.Trainer` (loaded on first use); readers of a saved run import
+# `train.setup` and `train.run_format` instead.
+LOOP = "lc_cfr.train.trainer"
+LOOP_IMPORTERS = {"lc_cfr.main", "lc_cfr.train"}
+
+
+def test_only_the_trainer_command_loads_the_training_loop():
+    importers = {module for module, targets in _graph().items() if LOOP in targets}
+    assert importers <= LOOP_IMPORTERS, sorted(importers - LOOP_IMPORTERS)
+
+
 def test_the_checker_sees_a_planted_violation(tmp_path):
     """The parser finds imports in every form the package uses (so a pass means something)."""
     planted = tmp_path / "planted.py"

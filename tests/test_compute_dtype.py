@@ -24,8 +24,6 @@ rounding. The tolerances (CPU; measured on the networks below, 2-4 hidden layers
 
 import dataclasses
 import json
-import pathlib
-import sys
 
 import chex
 import jax
@@ -33,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from config_helpers import default_config
 
 from lc_cfr.learn import learner as lr
 from lc_cfr.learn import torch_learner as tl
@@ -42,9 +41,6 @@ from lc_cfr.nets import mlp
 from lc_cfr.nets import torch_mlp as tn
 from lc_cfr.train import Trainer
 from lc_cfr.train.saved_networks import load_saved_networks
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "configs"))
-import default as default_config  # noqa: E402
 
 E, A, N = 24, 6, 512
 K, BATCH = 20, 64
@@ -71,13 +67,16 @@ def _close(actual, expected, rel=FORWARD_REL):
     )
 
 
-def test_default_is_float32_and_only_known_dtypes_pass():
+def test_default_is_float32_and_the_dtypes_are_told_apart():
     assert mlp.NetworkSpec(4, 2, 8, 1).compute_dtype == "float32"
     f32, b16 = _specs(hidden_size=8, num_layers=1)
     assert f32 != b16 and hash(f32) != hash(b16)  # jitted functions tell them apart
-    for bad in ("float16", "bf16", None):
-        with pytest.raises(ValueError, match="network.compute_dtype"):
-            mlp.NetworkSpec(4, 2, 8, 1, compute_dtype=bad)
+
+
+@pytest.mark.parametrize("bad", ["float16", "bf16", None])
+def test_only_known_dtypes_pass(bad):
+    with pytest.raises(ValueError, match="network.compute_dtype"):
+        mlp.NetworkSpec(4, 2, 8, 1, compute_dtype=bad)
 
 
 @pytest.mark.parametrize("activation", sorted(mlp.ACTIVATIONS))

@@ -20,18 +20,16 @@ import pathlib
 import re
 import socket
 import subprocess
-import sys
 
 import ml_collections
 import pytest
 from cli_helpers import assert_same_checkpoints, smoke_main
+from config_helpers import default_config
 
 from lc_cfr.train import distributed
 from lc_cfr.traversal import sharding
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
 
 # Metrics that time something, or count per device (each device's loop steps and
 # batches its own forwards), and so depend on the machine or the topology.

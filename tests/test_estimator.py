@@ -74,11 +74,11 @@ def _fixed_networks() -> api.Networks:
 
 def _options(unsampled_regret: str, estimator: str = "importance") -> api.TraversalOptions:
     return options(
-        num_traversals=NUM_TRAVERSALS,
-        epsilon=EPSILON,
-        value_clip=0.0,
-        unsampled_regret=unsampled_regret,
-        fallback=FALLBACK,
+        traversals_per_player=NUM_TRAVERSALS,
+        outcome_sampling_epsilon=EPSILON,
+        outcome_sampling_value_clip=0.0,
+        outcome_unsampled_regret=unsampled_regret,
+        all_negative_fallback=FALLBACK,
         utility_scale=UTILITY_SCALE,
         outcome_estimator=estimator,
     )
@@ -98,7 +98,7 @@ class Estimates:
         runs = [(mode, _options(mode)) for mode in pol.UNSAMPLED_REGRET_MODES]
         runs += [(e, _options("zero", e)) for e in pol.OUTCOME_ESTIMATORS[1:]]
         for mode, opts in runs:
-            samples, stats = lockstep.run_traversals(
+            samples, stats, _ = lockstep.run_traversals(
                 RULES,
                 SPEC,
                 opts,

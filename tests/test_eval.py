@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from config_helpers import default_config
 
 from lc_cfr import eval as lc_eval
 from lc_cfr.bots import jax_bots
@@ -21,8 +22,6 @@ from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
 
 # The smoke variant: 12 cards, hands of 3, games of ~15 decisions.
 RULES = Rules(n_colors=2, n_ranks=5, n_wagers=1, hand_size=3, bonus_threshold=5, max_turns=30)
@@ -314,9 +313,9 @@ def test_compiles_once_across_calls():
             assert metrics[f"{prefix}/seconds"] > 0
 
 
-def test_bad_arguments_name_the_field():
-    views = _views(0)
-    cases = [
+@pytest.mark.parametrize(
+    "change, field",
+    [
         (dict(games=7), "games"),
         (dict(games=0), "games"),
         (dict(lanes=3), "lanes"),
@@ -324,11 +323,17 @@ def test_bad_arguments_name_the_field():
         (dict(opponents="random"), "opponents"),
         (dict(view_modes="argmax"), "mode"),
         (dict(fallback="zero"), "fallback"),
-    ]
-    for change, field in cases:
-        kwargs = dict(opponents=["random"], games=GAMES, seed=SEED) | change
-        with pytest.raises(ValueError, match=field):
-            lc_eval.evaluate(RULES, SPEC, views, **kwargs)
+    ],
+)
+def test_bad_arguments_name_the_field(change, field):
+    views = _views(0)
+    kwargs = dict(opponents=["random"], games=GAMES, seed=SEED) | change
+    with pytest.raises(ValueError, match=field):
+        lc_eval.evaluate(RULES, SPEC, views, **kwargs)
+
+
+def test_an_unknown_view_or_agent_is_named():
+    views = _views(0)
     with pytest.raises(ValueError, match="view"):
         lc_eval.evaluate(RULES, SPEC, {"policy": views["current"]}, opponents=["random"], games=4)
     with pytest.raises(ValueError, match="agent"):

@@ -70,9 +70,9 @@ CASES = {
 
 def _options(case: str) -> api.TraversalOptions:
     return options(
-        num_traversals=NUM_TRAVERSALS,
+        traversals_per_player=NUM_TRAVERSALS,
         sampling_mode="external",
-        fallback="uniform",  # the tree's regret matching
+        all_negative_fallback="uniform",  # the tree's regret matching
         utility_scale=UTILITY_SCALE,
         **CASES[case],
     )
@@ -149,7 +149,7 @@ class Run:
 
     def __init__(self, case: str, levels, decks, deal, networks):
         opts = _options(case)
-        samples, self.stats = jax.device_get(
+        samples, self.stats, _ = jax.device_get(
             lockstep.run_traversals(
                 RULES,
                 SPEC,

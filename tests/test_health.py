@@ -10,13 +10,13 @@ real.
 import json
 import pathlib
 import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from cli_helpers import cli_env, smoke_main
+from config_helpers import default_config
 
 from lc_cfr.eval import evaluate
 from lc_cfr.nets import mlp
@@ -25,8 +25,6 @@ from lc_cfr.train.health import NonFiniteError
 from lc_cfr.train.saved_networks import load_saved_networks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
 
 
 def _config(iterations: int, mode: str = "stop"):

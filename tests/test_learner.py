@@ -145,34 +145,35 @@ def test_strategy_loss_minimiser_is_the_weighted_average_policy():
     assert loss(logits) < loss(logits + jnp.array([0.1, -0.1, 0.0, 0.0]))
 
 
-def test_unknown_weighting_and_kind_name_the_field():
+def _refusing_learner(optimizer, **changes):
+    kwargs = dict(kind="advantage", batch_size=4, num_updates=2, weighting="lcfr") | changes
+    return lr.Learner(SPEC, optimizer=optimizer, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda _: lr.sample_weights(jnp.ones(2, jnp.int32), mode="linear"),
+            "training_weighting.mode",
+        ),
+        (lambda opt: _refusing_learner(opt, weighting="linear"), "training_weighting.mode"),
+        (lambda opt: _refusing_learner(opt, kind="value"), "kind"),
+        (
+            lambda opt: _refusing_learner(opt, kind="strategy", batch_size=0),
+            "optimization.strategy_batch_size",
+        ),
+        (
+            lambda _: lr.make_optimizer(learning_rate=0.0, weight_decay=0.0, grad_clip=1.0),
+            "optimization.learning_rate",
+        ),
+    ],
+    ids=["sample_weights_mode", "learner_weighting", "kind", "batch_size", "learning_rate"],
+)
+def test_unknown_weighting_and_kind_name_the_field(call, match):
     optimizer = lr.make_optimizer(learning_rate=1e-3, weight_decay=0.0, grad_clip=1.0)
-    with pytest.raises(ValueError, match="training_weighting.mode"):
-        lr.sample_weights(jnp.ones(2, jnp.int32), mode="linear")
-    with pytest.raises(ValueError, match="training_weighting.mode"):
-        lr.Learner(
-            SPEC,
-            kind="advantage",
-            optimizer=optimizer,
-            batch_size=4,
-            num_updates=2,
-            weighting="linear",
-        )
-    with pytest.raises(ValueError, match="kind"):
-        lr.Learner(
-            SPEC, kind="value", optimizer=optimizer, batch_size=4, num_updates=2, weighting="lcfr"
-        )
-    with pytest.raises(ValueError, match="optimization.strategy_batch_size"):
-        lr.Learner(
-            SPEC,
-            kind="strategy",
-            optimizer=optimizer,
-            batch_size=0,
-            num_updates=2,
-            weighting="lcfr",
-        )
-    with pytest.raises(ValueError, match="optimization.learning_rate"):
-        lr.make_optimizer(learning_rate=0.0, weight_decay=0.0, grad_clip=1.0)
+    with pytest.raises(ValueError, match=match):
+        call(optimizer)
 
 
 def test_grad_clip_limits_the_global_norm():

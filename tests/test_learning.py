@@ -10,21 +10,17 @@ are tight enough to see an estimator that stalls.
 
 import json
 import pathlib
-import sys
 from typing import NamedTuple
 
 import pytest
+from config_helpers import default_config
 
 pytest.importorskip("pyspiel", reason="exact exploitability needs the openspiel extra")
 
 from lc_cfr import evaluate  # noqa: E402
 from lc_cfr.spiel import TINY_RULES  # noqa: E402
 from lc_cfr.train import Trainer  # noqa: E402
-from lc_cfr.train.trainer import rules_from_config  # noqa: E402
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
+from lc_cfr.train.setup import rules_from_config  # noqa: E402
 
 ITERATIONS = 12
 VIEWS = ("average_strategy", "current", "sd_cfr")

@@ -10,6 +10,7 @@ import chex
 import jax
 import numpy as np
 import pytest
+from config_helpers import default_config
 
 from lc_cfr import terminal_game
 from lc_cfr.game import engine
@@ -17,8 +18,6 @@ from lc_cfr.train import Trainer
 from lc_cfr.train.saved_networks import load_saved_networks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
 
 ENV = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
 

@@ -10,19 +10,17 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import chex
 import pytest
 from cli_helpers import assert_same_checkpoints, cli_env, smoke_main
+from config_helpers import default_config
 
 from lc_cfr.train import Trainer, checkpoint
 from lc_cfr.train.saved_networks import load_saved_networks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
 
 
 def _config(iterations: int):

@@ -7,13 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from config_helpers import default_config
 
 from lc_cfr import report
 from lc_cfr.train import Trainer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,12 @@ import textwrap
 
 import chex
 import pytest
+from config_helpers import default_config
 
 from lc_cfr.train import Trainer
 from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
 
 ENV = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
 

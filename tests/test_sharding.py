@@ -31,13 +31,14 @@ MODES = {
     "outcome": dict(sampling_mode="outcome"),
     "external": dict(sampling_mode="external"),
     "sampled": dict(sampling_mode="external", expand_at="sampled", max_depth=1),
-    "baseline": dict(sampling_mode="outcome", outcome_estimator="baseline", value_clip=0.0),
+    "baseline": dict(
+        sampling_mode="outcome", outcome_estimator="baseline", outcome_sampling_value_clip=0.0
+    ),
 }
 for mode, overrides in MODES.items():
-    opts = options(num_traversals=8, **overrides)
+    opts = options(traversals_per_player=8, **overrides)
     run = lambda n: lockstep.run_traversals(
-        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n,
-        per_device=True)
+        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n)
     one, one_stats, one_devices = jax.device_get(run(1))
     for name in WORK + LOOP:  # one device: its share is the whole
         assert getattr(one_devices, name).tolist() == [int(getattr(one_stats, name))], name
@@ -61,7 +62,7 @@ for mode, overrides in MODES.items():
         )
     assert one.advantage_valid.any()
 try:
-    lockstep.run_traversals(TINY, SPEC, options(num_traversals=6), nets,
+    lockstep.run_traversals(TINY, SPEC, options(traversals_per_player=6), nets,
                             lanes=6, seed=5, iteration=2, traverser=1)
     raise SystemExit("6 traversals over 4 devices should be refused")
 except ValueError as error:

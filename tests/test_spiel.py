@@ -134,17 +134,26 @@ def test_chance_outcomes_are_the_undealt_or_undrawn_cards():
             state.apply_action(_random_step(state, rng))
 
 
-def test_bad_parameters_raise_naming_them():
-    with pytest.raises(ValueError, match="utility_scale"):
-        spiel_game.rules_from_params({"utility_scale": 0.0})
-    with pytest.raises(ValueError, match="hand_size"):
-        spiel_game.rules_from_params({"n_colors": 1, "n_ranks": 2, "n_wagers": 0})
-    with pytest.raises(ValueError, match="n_colours"):
-        spiel_game.rules_from_params({"n_colours": 2})
-    with pytest.raises(ValueError, match="utility_scale"):
-        spiel_game.load_game(TINY_RULES, utility_scale=float("nan"))
-    with pytest.raises(ValueError, match="utility_scale"):
-        pyspiel.load_game("python_lost_cities", {"utility_scale": -1.0})
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: spiel_game.rules_from_params({"utility_scale": 0.0}), "utility_scale"),
+        (
+            lambda: spiel_game.rules_from_params({"n_colors": 1, "n_ranks": 2, "n_wagers": 0}),
+            "hand_size",
+        ),
+        (lambda: spiel_game.rules_from_params({"n_colours": 2}), "n_colours"),
+        (lambda: spiel_game.load_game(TINY_RULES, utility_scale=float("nan")), "utility_scale"),
+        (
+            lambda: pyspiel.load_game("python_lost_cities", {"utility_scale": -1.0}),
+            "utility_scale",
+        ),
+    ],
+    ids=["scale_zero", "too_few_cards", "misspelt_field", "scale_nan", "pyspiel_scale"],
+)
+def test_bad_parameters_raise_naming_them(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_tiny_variant_size_is_as_documented():

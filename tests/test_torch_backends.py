@@ -34,6 +34,7 @@ import time
 
 import chex
 import pytest
+from config_helpers import default_config
 
 from lc_cfr.train import Trainer
 from lc_cfr.traversal import api, lockstep
@@ -90,7 +91,7 @@ def settings(**overrides):
 
 
 def jax_result(opts, traverser):
-    samples, stats = lockstep.run_traversals(
+    samples, stats, _ = lockstep.run_traversals(
         TINY, SPEC, opts, NETWORKS, lanes=5, seed=5, iteration=3, traverser=traverser
     )
     return samples, api.TraversalStats(*(int(x) for x in stats))
@@ -147,7 +148,7 @@ def run_backend(name, opts, traverser, **overrides):
 def test_recursive_and_interleaved_match_jax(case):
     """recursive ~ jax (within tolerance); interleaved == recursive (bit for bit: the two
     C walks share their per-node arithmetic and differ only in control flow)."""
-    opts = TRAVERSAL_CASES[case].options(num_traversals=QUOTA)
+    opts = TRAVERSAL_CASES[case].options(traversals_per_player=QUOTA)
     counts = {"advantage": 0, "strategy": 0}
     for traverser in (0, 1):
         want, want_stats = jax_result(opts, traverser)
@@ -168,7 +169,7 @@ def test_recursive_and_interleaved_match_jax(case):
 
 @pytest.mark.parametrize("case", SERVER_CASES)
 def test_server_matches_jax(case):
-    opts = TRAVERSAL_CASES[case].options(num_traversals=QUOTA)
+    opts = TRAVERSAL_CASES[case].options(traversals_per_player=QUOTA)
     want, want_stats = jax_result(opts, 1)
     got, stats = run_backend("server", opts, 1)
     assert_same_samples(got, want, opts)
@@ -180,7 +181,7 @@ def test_server_matches_jax(case):
 
 @pytest.mark.parametrize("name", ["recursive", "interleaved", "server"])
 def test_worker_pool_gives_the_in_process_samples(name):
-    opts = TRAVERSAL_CASES["outcome_league"].options(num_traversals=QUOTA)
+    opts = TRAVERSAL_CASES["outcome_league"].options(traversals_per_player=QUOTA)
     local, local_stats = run_backend(name, opts, 0)
     pooled, pooled_stats = run_backend(name, opts, 0, num_workers=2, chunk_size=3)
     assert_same_samples(pooled, local, opts, exact=True)
@@ -190,7 +191,7 @@ def test_worker_pool_gives_the_in_process_samples(name):
 
 
 def test_interleaved_batches_up_to_its_limits():
-    opts = options(num_traversals=QUOTA)
+    opts = options(traversals_per_player=QUOTA)
     wide_settings = dict(interleave_width=8, chunk_size=QUOTA)
     _, wide = run_backend("interleaved", opts, 0, interleave_max_batch=64, **wide_settings)
     _, narrow = run_backend("interleaved", opts, 0, interleave_max_batch=2, **wide_settings)
@@ -205,7 +206,7 @@ def test_interleaved_batches_up_to_its_limits():
 
 
 def test_dead_server_fails_the_traversal_quickly():
-    opts = options(num_traversals=QUOTA)
+    opts = options(traversals_per_player=QUOTA)
     backend = make_backend(
         "server", rules=TINY, spec=SPEC, options=opts, lanes=5, workers=settings(num_workers=1)
     )
@@ -221,7 +222,7 @@ def test_dead_server_fails_the_traversal_quickly():
 
 
 def test_dead_worker_fails_the_traversal_with_a_clear_error():
-    opts = options(num_traversals=QUOTA)
+    opts = options(traversals_per_player=QUOTA)
     backend = make_backend(
         "recursive", rules=TINY, spec=SPEC, options=opts, lanes=5, workers=settings(num_workers=2)
     )
@@ -263,7 +264,7 @@ def test_bad_settings_name_the_field(overrides, field):
     "overrides, field",
     [
         (dict(sampling_mode="external", expand_at="sampled"), "traversal.expand_at"),
-        (dict(rm_floor=0.1), "regret_matching.floor"),
+        (dict(floor=0.1), "regret_matching.floor"),
         (dict(outcome_estimator="baseline"), "traversal.outcome_estimator"),
     ],
 )
@@ -316,9 +317,6 @@ def test_cuda_is_refused_without_a_gpu():
 
 def _train(workdir, backend, iterations=2, **overrides):
     """A smoke run of `iterations` with `backend` in-process; (state, metric rows)."""
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "configs"))
-    import default as default_config
-
     config = default_config.get_config("smoke,classic")  # modes every backend has
     config.logging.tensorboard = False
     config.checkpoint.save_every = 0

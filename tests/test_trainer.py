@@ -15,6 +15,7 @@ import chex
 import jax
 import numpy as np
 import pytest
+from config_helpers import default_config
 
 from lc_cfr.memory import reservoir
 from lc_cfr.train import Trainer, checkpoint
@@ -22,8 +23,6 @@ from lc_cfr.train.saved_networks import load_saved_networks
 from lc_cfr.traversal import lockstep
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "configs"))
-import default as default_config  # noqa: E402
 
 # Metric keys every run writes (docs/design.md section 5.2).
 SPEC_KEYS = [
@@ -34,7 +33,6 @@ SPEC_KEYS = [
     "memory_add_seconds",
     "checkpoint_seconds",
     "evaluation_seconds",
-    "batch_tensor_seconds",
     "traversal/nodes",
     "traversal/policy_calls",
     "traversal/realised_batch_size",
@@ -299,7 +297,7 @@ def test_presets_build_a_trainer(tmp_path):
     for preset in ("", "small", "small,classic", "wide,classic"):
         config = default_config.get_config(preset)
         trainer = Trainer(config, tmp_path / (preset or "default"))
-        assert trainer.options.num_traversals == config.traversal.traversals_per_player
+        assert trainer.options.traversals_per_player == config.traversal.traversals_per_player
     # `wide` restores the predecessor's sizes, which docs/performance.md's figures used;
     # `classic` changes only the estimator and head, so the two combine in either order.
     for preset in ("wide,classic", "classic,wide"):
@@ -312,7 +310,7 @@ def test_presets_build_a_trainer(tmp_path):
 
 
 def test_chao_reservoir_keeps_iterations_in_proportion_to_their_weight():
-    from lc_cfr.train.trainer import chao_slot
+    from lc_cfr.train.snapshots import chao_slot
 
     k, iterations, trials = 4, 30, 20000
     rng = np.random.default_rng(0)

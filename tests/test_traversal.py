@@ -47,7 +47,7 @@ def test_lockstep_equals_reference(case):
     row = TRAVERSAL_CASES[case]
     opts = row.options()
     nets = networks(seed=len(case))
-    samples, stats = lockstep.run_traversals(
+    samples, stats, _ = lockstep.run_traversals(
         TINY, SPEC, opts, nets, lanes=row.lanes, seed=11, iteration=3, traverser=row.traverser
     )
     samples, stats = jax.device_get((samples, stats))
@@ -84,7 +84,7 @@ def test_lanes_do_not_change_samples():
             lockstep.run_traversals(
                 TINY,
                 SPEC,
-                options(num_traversals=9),
+                options(traversals_per_player=9),
                 nets,
                 lanes=lanes,
                 seed=2,
@@ -102,17 +102,17 @@ def test_options_are_validated_naming_the_field():
     bad = [
         (dict(sampling_mode="full"), "traversal.sampling_mode"),
         (dict(opponent_policy="safe"), "traversal.opponent_policy"),
-        (dict(rollout_policy="network"), "traversal.cutoff_rollout_policy"),
+        (dict(cutoff_rollout_policy="network"), "traversal.cutoff_rollout_policy"),
         (dict(cutoff_value_mode="net"), "traversal.cutoff_value_mode"),
-        (dict(fallback="zero"), "regret_matching.all_negative_fallback"),
-        (dict(unsampled_regret="half"), "traversal.outcome_unsampled_regret"),
+        (dict(all_negative_fallback="zero"), "regret_matching.all_negative_fallback"),
+        (dict(outcome_unsampled_regret="half"), "traversal.outcome_unsampled_regret"),
         (dict(cutoff_turns=TINY.max_turns), "traversal.cutoff_turns"),
         (dict(lanes=0), "traversal.lanes"),
         (dict(sampling_mode="external", max_depth=0), "traversal.max_depth"),
         (dict(strategy_samples="all"), "traversal.strategy_samples"),
         (dict(expand_at="leaf"), "traversal.expand_at"),
         (dict(sampling_mode="external", path_epsilon=1.5), "traversal.path_epsilon"),
-        (dict(rm_floor=1.0), "regret_matching.floor"),
+        (dict(floor=1.0), "regret_matching.floor"),
         (dict(outcome_estimator="vr"), "traversal.outcome_estimator"),
         (dict(outcome_estimator="baseline", sampling_mode="external"), "outcome_estimator"),
         (dict(value_lambda=2.0), "traversal.value_lambda"),
@@ -139,11 +139,11 @@ def test_sampled_expansions_reach_every_phase_of_the_game():
     phases = {}
     for expand_at in ("root", "sampled"):
         opts = options(
-            sampling_mode="external", expand_at=expand_at, max_depth=1, num_traversals=64
+            sampling_mode="external", expand_at=expand_at, max_depth=1, traversals_per_player=64
         )
         phases[expand_at] = set()
         for traverser in (0, 1):  # TINY's 6 turns: each player moves in 3 of the 4 phases
-            samples, _ = jax.device_get(
+            samples, _, _ = jax.device_get(
                 lockstep.run_traversals(
                     TINY, SPEC, opts, nets, lanes=16, seed=4, iteration=2, traverser=traverser
                 )

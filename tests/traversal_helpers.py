@@ -64,19 +64,19 @@ def networks(seed=0, league=3, league_count=2):
 
 def options(**overrides):
     base = dict(
-        num_traversals=6,
+        traversals_per_player=6,
         sampling_mode="outcome",
-        epsilon=0.5,
-        value_clip=8.0,
-        unsampled_regret="negative_node_value",
+        outcome_sampling_epsilon=0.5,
+        outcome_sampling_value_clip=8.0,
+        outcome_unsampled_regret="negative_node_value",
         max_depth=2,
         cutoff_turns=0,
         cutoff_value_mode="score_diff",
         cutoff_rollouts=2,
-        rollout_policy="random",
+        cutoff_rollout_policy="random",
         opponent_policy="network",
         strategy_samples="opponent",
-        fallback="argmax_tiebreak",
+        all_negative_fallback="argmax_tiebreak",
         utility_scale=20.0,
     )
     base.update(overrides)
@@ -107,27 +107,31 @@ TRAVERSAL_CASES = {
     "outcome_lanes1": _C({}, lanes=1),
     "outcome_lanes4": _C({}, lanes=4, torch=True),
     "outcome_lanes7_traverser0": _C({}, lanes=7, traverser=0),
-    "outcome_zero": _C(dict(unsampled_regret="zero"), traverser=0, torch=True),
-    "outcome_no_clip": _C(dict(value_clip=0.0), torch=True),
-    "outcome_tight_clip": _C(dict(value_clip=0.5), torch=True),
-    "outcome_uniform_fallback": _C(dict(fallback="uniform"), torch=True),
+    "outcome_zero": _C(dict(outcome_unsampled_regret="zero"), traverser=0, torch=True),
+    "outcome_no_clip": _C(dict(outcome_sampling_value_clip=0.0), torch=True),
+    "outcome_tight_clip": _C(dict(outcome_sampling_value_clip=0.5), torch=True),
+    "outcome_uniform_fallback": _C(dict(all_negative_fallback="uniform"), torch=True),
     "outcome_store_both": _C(dict(strategy_samples="both"), torch=True),
     "outcome_average_strategy": _C(dict(opponent_policy="average_strategy"), torch=True),
     "outcome_average_strategy_both": _C(
         dict(opponent_policy="average_strategy", strategy_samples="both")
     ),
     "outcome_league": _C(dict(opponent_policy="league"), torch=True),
-    "outcome_league_uniform": _C(dict(opponent_policy="league", fallback="uniform"), lanes=3),
+    "outcome_league_uniform": _C(
+        dict(opponent_policy="league", all_negative_fallback="uniform"), lanes=3
+    ),
     "outcome_bot_safe": _C(dict(opponent_policy="safe_heuristic"), torch=True),
     "outcome_bot_noisy": _C(
         dict(opponent_policy="noisy_safe", strategy_samples="traverser"), torch=True
     ),
     "outcome_bot_random": _C(dict(opponent_policy="random"), torch=True),
-    "outcome_cutoff_score": _C(dict(cutoff_turns=3, strategy_samples="traverser", value_clip=0.0)),
+    "outcome_cutoff_score": _C(
+        dict(cutoff_turns=3, strategy_samples="traverser", outcome_sampling_value_clip=0.0)
+    ),
     "outcome_cutoff4_score": _C(dict(cutoff_turns=4), torch=True),
     "outcome_cutoff_rollouts": _C(dict(cutoff_turns=3, cutoff_value_mode="rollouts"), lanes=5),
     "outcome_cutoff4_safe_rollouts": _C(
-        dict(cutoff_turns=4, cutoff_value_mode="rollouts", rollout_policy="safe_heuristic"),
+        dict(cutoff_turns=4, cutoff_value_mode="rollouts", cutoff_rollout_policy="safe_heuristic"),
         torch=True,
     ),
     "outcome_bot_opponent_safe_rollouts": _C(
@@ -135,12 +139,12 @@ TRAVERSAL_CASES = {
             opponent_policy="noisy_safe",
             cutoff_turns=3,
             cutoff_value_mode="rollouts",
-            rollout_policy="safe_heuristic",
+            cutoff_rollout_policy="safe_heuristic",
         )
     ),
     # ---- outcome sampling, modes of the jax backend only
-    "outcome_floor_league": _C(dict(rm_floor=0.1, opponent_policy="league"), lanes=3),
-    "outcome_baseline": _C(dict(outcome_estimator="baseline", value_clip=0.0)),
+    "outcome_floor_league": _C(dict(floor=0.1, opponent_policy="league"), lanes=3),
+    "outcome_baseline": _C(dict(outcome_estimator="baseline", outcome_sampling_value_clip=0.0)),
     "outcome_baseline_clip_bootstrap_bot": _C(
         dict(
             outcome_estimator="baseline",
@@ -151,7 +155,7 @@ TRAVERSAL_CASES = {
         lanes=3,
     ),
     "outcome_history_value_half_lambda_cutoff": _C(
-        dict(outcome_estimator="history_value", value_lambda=0.5, cutoff_turns=4, rm_floor=0.05),
+        dict(outcome_estimator="history_value", value_lambda=0.5, cutoff_turns=4, floor=0.05),
         traverser=0,
     ),
     # ---- external sampling
@@ -179,7 +183,7 @@ TRAVERSAL_CASES = {
             opponent_policy="safe_heuristic_loose",
             cutoff_turns=4,
             cutoff_value_mode="rollouts",
-            rollout_policy="random",
+            cutoff_rollout_policy="random",
         ),
         lanes=3,
     ),
@@ -191,7 +195,7 @@ TRAVERSAL_CASES = {
             expand_at="sampled",
             path_epsilon=0.3,
             strategy_samples="both",
-            rm_floor=0.05,
+            floor=0.05,
         ),
         traverser=0,
         lanes=3,

@@ -2,6 +2,8 @@
 
 `evaluate` (the trainer's entry point) and `evaluate_bots` return flat
 `eval/<view>/<opponent>/<metric>` dicts; `games.play` gives the per-game records.
+`sequential` plays pairs with a player that cannot run in lockstep (OpenSpiel's search
+bots) one game at a time, with the same deals and metrics.
 The game, randomness and lockstep layout are documented in `lc_cfr.eval.games`, the
 metrics in `lc_cfr.eval.metrics`.
 """

@@ -9,7 +9,7 @@ call compiles.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -32,7 +32,7 @@ class Snapshots(NamedTuple):
     average-strategy network: at the start of each game it draws one iteration t with
     probability proportional to its weight and plays that iteration's regret-matching
     policy for the whole game. The trainer keeps snapshots whose inclusion probability
-    is already proportional to the weight (`lc_cfr.train.trainer`), so a game draws one
+    is already proportional to the weight (`lc_cfr.train.snapshots`), so a game draws one
     of them uniformly.
     """
 
@@ -56,34 +56,65 @@ def snapshot_blocks(count: int, deals: int, seed: int) -> tuple[np.ndarray, int]
     return chosen, deals // blocks
 
 
+class SnapshotBlock(NamedTuple):
+    """One block of the sd_cfr view's deals: snapshot `snapshot` plays deals
+    `first_deal .. first_deal + deals - 1` (each twice, seats swapped)."""
+
+    snapshot: int  # index among the K snapshots
+    first_deal: int
+    deals: int  # deals per block, the same for every block
+    params: tuple  # that snapshot's (player 0's, player 1's) advantage params
+
+    @property
+    def deal_range(self) -> range:
+        return range(self.first_deal, self.first_deal + self.deals)
+
+
+def sd_cfr_blocks(snapshots: Snapshots, deals: int, seed: int) -> Iterator[SnapshotBlock]:
+    """The blocks of `deals` deals that the sd_cfr view plays, one per chosen snapshot
+    (`snapshot_blocks`), in deal order; every evaluation loop plays these."""
+    chosen, per_block = snapshot_blocks(snapshots.count, deals, seed)
+    for block, k in enumerate(chosen):
+        params = tuple(jax.tree.map(lambda x, k=k: x[k], p) for p in snapshots.advantage)
+        yield SnapshotBlock(int(k), block * per_block, per_block, params)
+
+
+def join_records(parts: Sequence) -> eval_games.GameRecords:
+    """Blocks' records joined along the deal axis: each part a GameRecords or a mapping
+    field -> [2, D] array (`lc_cfr.spiel.bots.MirroredResult.records`)."""
+
+    def field(part, name):
+        return part[name] if isinstance(part, Mapping) else getattr(part, name)
+
+    return eval_games.GameRecords(
+        **{
+            name: np.concatenate([field(part, name) for part in parts], axis=1)
+            for name in eval_games.GameRecords._fields
+        }
+    )
+
+
 def _play_snapshots(
     rules, spec, agent, opponent, snapshots: Snapshots, *, games, seed, lanes, devices
 ):
     """The sd_cfr view against one bot: each block of deals by one snapshot's RM policy."""
-    chosen, per_block = snapshot_blocks(snapshots.count, games // 2, seed)
-    results = []
-    for block, k in enumerate(chosen):
-        params = tuple(jax.tree.map(lambda x, k=k: x[k], p) for p in snapshots.advantage)
-        results.append(
-            eval_games.play(
-                rules,
-                spec,
-                agent,
-                opponent,
-                params,
-                games=2 * per_block,
-                seed=seed,
-                lanes=lanes,
-                first_deal=block * per_block,
-                devices=devices,
-            )
+    results = [
+        eval_games.play(
+            rules,
+            spec,
+            agent,
+            opponent,
+            block.params,
+            games=2 * block.deals,
+            seed=seed,
+            lanes=lanes,
+            first_deal=block.first_deal,
+            devices=devices,
         )
-    fields = eval_games.GameRecords._fields
-    records = eval_games.GameRecords(
-        **{f: np.concatenate([getattr(r.records, f) for r in results], axis=1) for f in fields}
-    )
+        for block in sd_cfr_blocks(snapshots, games // 2, seed)
+    ]
     return eval_games.PlayResult(
-        records,
+        join_records([r.records for r in results]),
         sum(r.steps for r in results),
         sum(r.rows for r in results),
         results[0].half_lanes,
@@ -95,6 +126,22 @@ def _play_snapshots(
 
 def metric_key(view: str, opponent: str, metric: str) -> str:
     return f"eval/{view}/{opponent}/{metric}"
+
+
+def parse_names(
+    text: str | None, field: str, valid: Sequence[str] | None = None
+) -> tuple[str, ...]:
+    """The comma-separated names of a config field or flag (`field` names it in errors):
+    at least one, none twice, and each in `valid` when given."""
+    names = tuple(part.strip() for part in (text or "").split(",") if part.strip())
+    if not names:
+        raise ValueError(f"{field} must name at least one entry, got {text!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{field} names an entry twice: {text!r}")
+    bad = [name for name in names if valid is not None and name not in valid]
+    if bad:
+        raise ValueError(f"{field}: unknown names {bad}; valid: {list(valid)}")
+    return names
 
 
 def _check_opponents(opponents: Sequence[str], field: str) -> tuple[str, ...]:

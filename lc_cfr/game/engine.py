@@ -275,6 +275,17 @@ def step(rules: Rules, state: State, action) -> State:
     return jax.tree.map(lambda a, b: jnp.where(legal & ~state.terminal, a, b), stepped, refused)
 
 
+def decision_index(state: State) -> jax.Array:
+    """[] int32 decisions taken since the deal: two per completed turn (the card, then the
+    draw) and one more in the draw phase (CARD_PHASE = 0, DRAW_PHASE = 1).
+
+    The depth of a position in the game tree, counted the same way by every backend: a
+    sampled expansion is drawn on it (`traversal.api.expansion_start`) and the traversal
+    statistics sum it at each path's end. Elementwise, so a batch of states gives [L].
+    """
+    return 2 * state.turn + state.phase
+
+
 def tree_where(condition: jax.Array, a, b):
     """Selects between two batched pytrees (e.g. States) per leading index of `condition`."""
 

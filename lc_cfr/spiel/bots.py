@@ -445,7 +445,7 @@ class MirroredResult(NamedTuple):
     seconds: wall time of the whole loop.
 
     The metrics are `lc_cfr.eval.metrics.summarize` of `GameRecords(**records)` (this
-    layer may not import it; `lc_cfr.evaluate` does).
+    layer may not import it; `lc_cfr.eval.sequential` does).
     """
 
     records: dict

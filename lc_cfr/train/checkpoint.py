@@ -363,6 +363,30 @@ class CheckpointStore:
             arrays.update({key: np.asarray(value) for key, value in restored.items()})
         return arrays, meta
 
+    def load_whole(self, step: int | None = None) -> tuple[dict, dict] | None:
+        """(arrays, meta) of step `step`, or with `step` None of the newest step that
+        reads whole (a damaged newer one is skipped with a warning naming its file);
+        None without any step.
+
+        Raises:
+            DamagedCheckpoint: `step` is damaged, or no step reads whole (naming each).
+        """
+        steps = [step] if step is not None else list(reversed(self.steps()))
+        damaged = []
+        for candidate in steps:
+            try:
+                return self.load(candidate)
+            except DamagedCheckpoint as error:
+                if step is not None:
+                    raise
+                logging.warning("%s; falling back to the checkpoint before it", error)
+                damaged.append(str(error))
+        if damaged:
+            raise DamagedCheckpoint(
+                f"no checkpoint in {self.directory} reads whole: " + "; ".join(damaged)
+            )
+        return None
+
 
 # What a damaged file of the older format raises when read (truncated zip, cut JSON).
 _LEGACY_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile)

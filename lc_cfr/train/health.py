@@ -22,7 +22,15 @@ import jax.numpy as jnp
 from lc_cfr.nets.mlp import all_finite
 
 NON_FINITE_MODES = ("stop", "skip")
-__all__ = ["NON_FINITE_MODES", "NonFiniteError", "all_finite", "check_mode", "finite_rows"]
+__all__ = [
+    "NON_FINITE_MODES",
+    "NonFiniteError",
+    "all_finite",
+    "check_mode",
+    "checked",
+    "finite_rows",
+    "finite_samples",
+]
 
 
 class NonFiniteError(RuntimeError):
@@ -39,3 +47,36 @@ def check_mode(mode: str) -> str:
 def finite_rows(rows: jax.Array) -> jax.Array:
     """[S] bool: the rows of [S, ...] `rows` whose entries are all finite."""
     return jnp.all(jnp.isfinite(rows.reshape(rows.shape[0], -1)), axis=1)
+
+
+def finite_samples(samples, mode: str, refusal) -> tuple[object, int]:
+    """(samples with non-finite targets marked invalid, how many were dropped); under
+    `stop` a `NonFiniteError` with `refusal(count, kind)` instead. `samples` is a
+    traversal's `Samples` (advantage, strategy and, when present, value rows)."""
+    kinds = [
+        ("advantage", samples.advantage_target, samples.advantage_valid),
+        ("strategy", samples.strategy_policy, samples.strategy_valid),
+    ]
+    if samples.value_target is not None:
+        kinds.append(("value", samples.value_target, samples.value_valid))
+    kept, dropped = {}, 0
+    for kind, rows, valid in kinds:
+        ok = finite_rows(rows)
+        bad = int(jnp.sum(valid & ~ok))
+        if bad and mode == "stop":
+            raise NonFiniteError(refusal(bad, kind))
+        dropped += bad
+        kept[f"{kind}_valid"] = valid & ok
+    return samples._replace(**kept), dropped
+
+
+def checked(result, previous, mode: str, refusal) -> tuple[tuple, bool]:
+    """(the training call's (params, opt_state, losses) if all finite, else `previous`
+    with its losses; whether it was dropped); under `stop` a `NonFiniteError` with
+    `refusal(last_loss)` instead of dropping."""
+    params, _, losses = result
+    if all_finite((params, losses)):
+        return result, False
+    if mode == "stop":
+        raise NonFiniteError(refusal(float(losses["loss_last"])))
+    return (*previous, losses), True

@@ -26,7 +26,8 @@ from lc_cfr.eval import SD_CFR, Snapshots
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.train import checkpoint
-from lc_cfr.train.trainer import read_run_config, read_tree, rules_from_config, spec_from_config
+from lc_cfr.train.run_format import read_run_config, read_tree
+from lc_cfr.train.setup import rules_from_config, spec_from_config
 
 
 class CheckpointNotFoundError(FileNotFoundError):

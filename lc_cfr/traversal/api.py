@@ -36,25 +36,25 @@ EXPANSION_POINTS = ("root", "sampled")  # external: where the expanded subtree h
 class TraversalOptions(NamedTuple):
     """Static settings of a traversal (hashable: jitted code is specialised on them)."""
 
-    num_traversals: int  # traversals per call (the per-player quota)
+    traversals_per_player: int  # traversals per call (the per-player quota)
     sampling_mode: str
-    epsilon: float  # outcome: exploration mix of the traverser
-    value_clip: float  # outcome: clip of importance-weighted values; 0 = off
-    unsampled_regret: str  # outcome: negative_node_value | zero
+    outcome_sampling_epsilon: float  # outcome: exploration mix of the traverser
+    outcome_sampling_value_clip: float  # outcome: clip of importance-weighted values; 0 = off
+    outcome_unsampled_regret: str  # outcome: negative_node_value | zero
     max_depth: int  # external: traverser decisions expanded in full
     cutoff_turns: int  # cut a path off at this turn; 0 = never
     cutoff_value_mode: str
     cutoff_rollouts: int
-    rollout_policy: str
+    cutoff_rollout_policy: str
     opponent_policy: str
     strategy_samples: str
-    fallback: str  # regret matching with no positive advantage
+    all_negative_fallback: str  # regret matching with no positive advantage
     utility_scale: float
     # external: `root` expands the traverser's first max_depth decisions; `sampled` plays
     # one on-policy path to a decision drawn per traversal and expands there
     expand_at: str = "root"
     path_epsilon: float = 0.0  # sampled: uniform mix of the traverser's path policy
-    rm_floor: float = 0.0  # regret_matching.floor: uniform share of every RM policy
+    floor: float = 0.0  # regret_matching.floor: uniform share of every RM policy
     # outcome: importance (W u / q) | baseline (VR-MCCFR) | history_value (ESCHER-style);
     # the last two read the value network (policy.baseline_path_targets)
     outcome_estimator: str = "importance"
@@ -67,35 +67,36 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         ("sampling_mode", options.sampling_mode, SAMPLING_MODES),
         ("opponent_policy", options.opponent_policy, OPPONENT_POLICIES),
         ("cutoff_value_mode", options.cutoff_value_mode, CUTOFF_VALUE_MODES),
-        ("cutoff_rollout_policy", options.rollout_policy, ROLLOUT_POLICIES),
+        ("cutoff_rollout_policy", options.cutoff_rollout_policy, ROLLOUT_POLICIES),
         ("strategy_samples", options.strategy_samples, STRATEGY_SAMPLE_NODES),
-        ("outcome_unsampled_regret", options.unsampled_regret, pol.UNSAMPLED_REGRET_MODES),
+        ("outcome_unsampled_regret", options.outcome_unsampled_regret, pol.UNSAMPLED_REGRET_MODES),
         ("expand_at", options.expand_at, EXPANSION_POINTS),
         ("outcome_estimator", options.outcome_estimator, pol.OUTCOME_ESTIMATORS),
     ]
     for field, value, valid in checks:
         if value not in valid:
             raise ValueError(f"traversal.{field} must be one of {valid}, got {value!r}")
-    if options.fallback not in pol.FALLBACKS:
+    if options.all_negative_fallback not in pol.FALLBACKS:
         raise ValueError(
             "regret_matching.all_negative_fallback must be one of "
-            f"{pol.FALLBACKS}, got {options.fallback!r}"
+            f"{pol.FALLBACKS}, got {options.all_negative_fallback!r}"
         )
-    if options.num_traversals < 1:
+    if options.traversals_per_player < 1:
         raise ValueError(
-            f"traversal.traversals_per_player must be >= 1, got {options.num_traversals}"
+            f"traversal.traversals_per_player must be >= 1, got {options.traversals_per_player}"
         )
-    if not 0.0 <= options.epsilon <= 1.0:
+    if not 0.0 <= options.outcome_sampling_epsilon <= 1.0:
         raise ValueError(
-            f"traversal.outcome_sampling_epsilon must be in [0, 1], got {options.epsilon}"
+            "traversal.outcome_sampling_epsilon must be in [0, 1], got "
+            f"{options.outcome_sampling_epsilon}"
         )
-    if options.sampling_mode == "outcome" and options.epsilon <= 0.0:
+    if options.sampling_mode == "outcome" and options.outcome_sampling_epsilon <= 0.0:
         raise ValueError("traversal.outcome_sampling_epsilon must be > 0 for outcome sampling")
     if options.sampling_mode == "external" and not 1 <= options.max_depth <= 4:
         raise ValueError(f"traversal.max_depth must be in 1..4, got {options.max_depth}")
     if not 0.0 <= options.path_epsilon <= 1.0:
         raise ValueError(f"traversal.path_epsilon must be in [0, 1], got {options.path_epsilon}")
-    pol.check_floor(options.rm_floor)
+    pol.check_floor(options.floor)
     if uses_value_network(options) and options.sampling_mode != "outcome":
         raise ValueError(
             f"traversal.outcome_estimator={options.outcome_estimator!r} needs "
@@ -253,7 +254,8 @@ class Backend(Protocol):
         traverser: int,
         epsilon: float | None = None,
     ) -> tuple[Samples, dict]:
-        """Samples and statistics; `epsilon` overrides options.epsilon (its schedule)."""
+        """Samples and statistics; `epsilon` overrides options.outcome_sampling_epsilon
+        (its schedule)."""
         ...
 
     def close(self) -> None:

@@ -264,10 +264,10 @@ cdef class TraversalCore:
         self.encoding_size = self.r.encoding_size
         advantage_slots, strategy_slots = slots_per_traversal(rules, options)
         o.outcome = options.sampling_mode == "outcome"
-        o.epsilon = <float>options.epsilon
-        o.keep = <float>(1.0 - options.epsilon)
-        o.value_clip = <float>options.value_clip
-        o.unsampled_zero = options.unsampled_regret == "zero"
+        o.epsilon = <float>options.outcome_sampling_epsilon
+        o.keep = <float>(1.0 - options.outcome_sampling_epsilon)
+        o.value_clip = <float>options.outcome_sampling_value_clip
+        o.unsampled_zero = options.outcome_unsampled_regret == "zero"
         o.max_depth = options.max_depth
         o.cutoff_turns = options.cutoff_turns
         o.rollouts = options.cutoff_value_mode == "rollouts"
@@ -279,10 +279,10 @@ cdef class TraversalCore:
         else:
             o.opponent = OPP_BOT
             lc_bot_params(&self.opponent_bot, options.opponent_policy, "traversal.opponent_policy")
-        lc_bot_params(&self.rollout_bot, options.rollout_policy, "traversal.cutoff_rollout_policy")
+        lc_bot_params(&self.rollout_bot, options.cutoff_rollout_policy, "traversal.cutoff_rollout_policy")
         o.store_traverser = options.strategy_samples in ("traverser", "both")
         o.store_opponent = options.strategy_samples in ("opponent", "both")
-        o.fallback_uniform = options.fallback == "uniform"
+        o.fallback_uniform = options.all_negative_fallback == "uniform"
         o.adv_slots = advantage_slots
         o.strat_slots = strategy_slots
         self.contexts = <Context*>malloc(width * sizeof(Context))

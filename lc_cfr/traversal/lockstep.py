@@ -139,9 +139,9 @@ def check_lanes(options: TraversalOptions, lanes: int, devices: int) -> None:
     devices they are sharded over."""
     if lanes < 1:
         raise ValueError(f"traversal.lanes must be >= 1, got {lanes}")
-    if options.num_traversals % devices or lanes % devices:
+    if options.traversals_per_player % devices or lanes % devices:
         raise ValueError(
-            f"traversal.traversals_per_player={options.num_traversals} and traversal.lanes="
+            f"traversal.traversals_per_player={options.traversals_per_player} and traversal.lanes="
             f"{lanes} must be multiples of the {devices} JAX devices the lanes are "
             "sharded over"
         )
@@ -160,10 +160,10 @@ def run_traversals(
     devices: int | None = None,
     per_device: bool = False,
 ) -> tuple[Samples, TraversalStats] | tuple[Samples, TraversalStats, TraversalStats]:
-    """Runs the iteration's `options.num_traversals` traversals for `traverser`, `lanes`
+    """Runs the iteration's `options.traversals_per_player` traversals for `traverser`, `lanes`
     of them in flight at once (how many never changes the samples).
 
-    Traversal j deals game `traverser * num_traversals + j` of (seed, iteration) and takes
+    Traversal j deals game `traverser * traversals_per_player + j` of (seed, iteration) and takes
     its random draws from random_bits(seed, iteration, that game, draw, purpose).
 
     With several devices (`devices`, default: every JAX device of every process), device
@@ -181,8 +181,8 @@ def run_traversals(
         samples, stats = _run(rules, spec, options, lanes, networks, *words, jnp.int32(0))
         device_stats = jax.tree.map(lambda x: x[None], stats)
     else:
-        total = options.num_traversals
-        shard = options._replace(num_traversals=total // devices)
+        total = options.traversals_per_player
+        shard = options._replace(traversals_per_player=total // devices)
         mesh = sharding.lanes_mesh(devices)
         samples, stats, device_stats = sharding.local_copy(
             _run_sharded(
@@ -213,7 +213,7 @@ def _traverse(rules, spec, options, lanes, total, networks, seed, iteration, tra
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _run(rules, spec, options, lanes, networks, seed, iteration, traverser, offset):
-    total = options.num_traversals
+    total = options.traversals_per_player
     return _traverse(
         rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset
     )
@@ -221,12 +221,12 @@ def _run(rules, spec, options, lanes, networks, seed, iteration, traverser, offs
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
 def _run_sharded(rules, spec, options, lanes, total, mesh, networks, seed, iteration, traverser):
-    """One block of `options.num_traversals` traversals per device of `mesh`; the samples
+    """One block of `options.traversals_per_player` traversals per device of `mesh`; the samples
     [S, ...] (device blocks in mesh order are consecutive traversal blocks), the summed
     statistics and every device's own (leaves [D]), replicated on every device."""
 
     def block(networks, seed, iteration, traverser):
-        offset = jax.lax.axis_index(sharding.AXIS) * options.num_traversals
+        offset = jax.lax.axis_index(sharding.AXIS) * options.traversals_per_player
         samples, stats = _traverse(
             rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset
         )
@@ -266,7 +266,7 @@ class _Machine:
 
     def initial(self) -> _Lanes:
         r, o = self.rules, self.o
-        L, T, D = self.lanes, o.num_traversals, max(o.max_depth, 1)
+        L, T, D = self.lanes, o.traversals_per_player, max(o.max_depth, 1)
         n, e, a = r.n_cards, r.encoding_size, r.num_actions
         S, S2 = T * self.adv_slots, T * self.strat_slots
         blank = jax.vmap(lambda i: engine.init_from_deck(r, jnp.arange(n)))(jnp.arange(L))
@@ -328,7 +328,7 @@ class _Machine:
         )
 
     def busy(self, lanes: _Lanes):
-        return jnp.any(lanes.mode != IDLE) | (lanes.next_traversal < self.o.num_traversals)
+        return jnp.any(lanes.mode != IDLE) | (lanes.next_traversal < self.o.traversals_per_player)
 
     def game_index(self, traversal):
         return self.game_base + traversal
@@ -345,7 +345,7 @@ class _Machine:
             idle = idle & (lanes.step % 4 == 0)
         rank = jnp.cumsum(idle) - 1
         new = lanes.next_traversal + rank
-        start = idle & (new < self.o.num_traversals)
+        start = idle & (new < self.o.traversals_per_player)
         # Dealing sorts a whole deck per lane: do it only on steps where a lane starts.
         games = jax.lax.cond(
             jnp.any(start),
@@ -378,7 +378,9 @@ class _Machine:
     def _regret_policy(self, params, obs, mask):
         raw = mlp.apply(self.spec, params, obs)
         advantages = mlp.masked_advantages(raw, mask)
-        rm = functools.partial(pol.regret_matching, fallback=self.o.fallback, floor=self.o.rm_floor)
+        rm = functools.partial(
+            pol.regret_matching, fallback=self.o.all_negative_fallback, floor=self.o.floor
+        )
         return jax.vmap(rm)(advantages, mask)
 
     def _strategy_policy(self, params, obs, mask):
@@ -444,7 +446,9 @@ class _Machine:
 
         expand = jnp.zeros_like(deciding)
         if self.outcome:
-            explored = jax.vmap(pol.explore, in_axes=(0, 0, None))(played, mask, o.epsilon)
+            explored = jax.vmap(pol.explore, in_axes=(0, 0, None))(
+                played, mask, o.outcome_sampling_epsilon
+            )
             behaviour = jnp.where(is_traverser[:, None], explored, played)
         elif self.sampled:
             # on the path (no frame yet) the traverser plays its policy mixed with
@@ -703,7 +707,7 @@ class _Machine:
         """One decision of every lane's cut-off playout: both players play the bot."""
         r = self.rules
         rolling = lanes.mode == ROLLOUT
-        action = self._bot(self.o.rollout_policy, lanes)
+        action = self._bot(self.o.cutoff_rollout_policy, lanes)
         game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, lanes.game, action)
         game = engine.tree_where(rolling, game, lanes.game)
         finished = rolling & game.terminal
@@ -732,7 +736,7 @@ class _Machine:
     def finish(self, lanes: _Lanes) -> tuple[Samples, TraversalStats]:
         samples = lanes.samples
         if self.outcome:
-            T, D = self.o.num_traversals, self.adv_slots
+            T, D = self.o.traversals_per_player, self.adv_slots
             policy = samples.advantage_target.reshape(T, D, -1)
             mask = samples.advantage_mask.reshape(T, D, -1)
             action = lanes.path_action.reshape(T, D)
@@ -745,17 +749,18 @@ class _Machine:
             after = jax.vmap(pol.weights_after)(ratios, count)
             targets = functools.partial(
                 pol.outcome_targets,
-                value_clip=self.o.value_clip,
-                unsampled_regret=self.o.unsampled_regret,
+                value_clip=self.o.outcome_sampling_value_clip,
+                unsampled_regret=self.o.outcome_unsampled_regret,
             )
             utility = jnp.broadcast_to(lanes.utility[:, None], (T, D))
             target = jax.vmap(jax.vmap(targets))(policy, mask, action, prob, after, utility)
             valid = samples.advantage_valid.reshape(T, D)
             target = jnp.where(valid[..., None], target, 0.0)
             samples = samples._replace(advantage_target=target.reshape(T * D, -1))
-            if self.o.value_clip > 0:
+            if self.o.outcome_sampling_value_clip > 0:
                 clipped = valid & (
-                    jnp.abs(pol.sampled_value(after, utility, prob)) > self.o.value_clip
+                    jnp.abs(pol.sampled_value(after, utility, prob))
+                    > self.o.outcome_sampling_value_clip
                 )
                 stats = lanes.stats._replace(clipped_values=jnp.sum(clipped, dtype=jnp.int32))
                 return samples, stats
@@ -763,11 +768,11 @@ class _Machine:
 
     def _finish_with_values(self, lanes, policy, mask, action, prob, count):
         """Outcome targets of the estimators that read the value network."""
-        T, D = self.o.num_traversals, self.adv_slots
+        T, D = self.o.traversals_per_player, self.adv_slots
         targets = functools.partial(
             pol.baseline_path_targets,
             estimator=self.o.outcome_estimator,
-            value_clip=self.o.value_clip,
+            value_clip=self.o.outcome_sampling_value_clip,
             value_lambda=self.o.value_lambda,
         )
         baseline = lanes.path_baseline.reshape(T, D, -1)
@@ -795,7 +800,7 @@ class JaxBackend:
     def traverse(self, networks, *, seed, iteration, traverser, epsilon=None):
         options = self.options
         if epsilon is not None:  # one compiled loop per value: schedules take few values
-            options = options._replace(epsilon=float(epsilon))
+            options = options._replace(outcome_sampling_epsilon=float(epsilon))
         samples, stats, device_stats = run_traversals(
             self.rules,
             self.spec,

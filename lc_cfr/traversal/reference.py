@@ -69,7 +69,7 @@ class ReferenceTraversal:
         self._mask = jax.jit(functools.partial(engine.legal_action_mask, r))
         self._step = jax.jit(functools.partial(engine.step, r))
         self._init = jax.jit(functools.partial(engine.init, r))
-        fallback, floor = options.fallback, options.rm_floor
+        fallback, floor = options.all_negative_fallback, options.floor
 
         @jax.jit
         def regret_policy(params, obs, mask):
@@ -96,7 +96,7 @@ class ReferenceTraversal:
                 functools.partial(
                     pol.baseline_path_targets,
                     estimator=options.outcome_estimator,
-                    value_clip=options.value_clip,
+                    value_clip=options.outcome_sampling_value_clip,
                     value_lambda=options.value_lambda,
                 )
             )
@@ -110,13 +110,13 @@ class ReferenceTraversal:
         self._targets = jax.jit(
             functools.partial(
                 pol.outcome_targets,
-                value_clip=options.value_clip,
-                unsampled_regret=options.unsampled_regret,
+                value_clip=options.outcome_sampling_value_clip,
+                unsampled_regret=options.outcome_unsampled_regret,
             )
         )
 
     def run(self, networks: Networks, *, seed: int, iteration: int, traverser: int) -> Result:
-        """All `num_traversals` traversals of one call, in order."""
+        """All `traversals_per_player` traversals of one call, in order."""
         self.networks, self.seed, self.iteration = networks, seed, iteration
         self.traverser = traverser
         self.stats = dict.fromkeys(
@@ -132,7 +132,7 @@ class ReferenceTraversal:
             0,
         )
         self.advantage, self.strategy, self.value = [], [], []
-        for j in range(self.o.num_traversals):
+        for j in range(self.o.traversals_per_player):
             self._traversal(j)
         return Result(self.advantage, self.strategy, self.stats, self.value)
 
@@ -191,7 +191,7 @@ class ReferenceTraversal:
         for _ in range(self.o.cutoff_rollouts):
             game = state
             while not bool(game.terminal):
-                action = self._bot_action(self.o.rollout_policy, game)
+                action = self._bot_action(self.o.cutoff_rollout_policy, game)
                 self.draws += 1
                 game = self._step(game, action)
                 self.stats["rollouts"] += 1
@@ -199,7 +199,7 @@ class ReferenceTraversal:
         return total * jnp.float32(1.0 / self.o.cutoff_rollouts)
 
     def _traversal(self, j: int) -> None:
-        self.game = self.traverser * self.o.num_traversals + j
+        self.game = self.traverser * self.o.traversals_per_player + j
         self.traversal, self.draws = j, 0
         self.adv_nodes, self.strat_nodes = 0, 0
         count = max(int(self.networks.league_count), 1)
@@ -239,7 +239,8 @@ class ReferenceTraversal:
             obs, mask = self._observe(state, mover), self._mask(state)
             played, stored = self._policies(state, obs, mask)
             is_traverser = mover == self.traverser
-            behaviour = self._explore(played, mask, self.o.epsilon) if is_traverser else played
+            epsilon = self.o.outcome_sampling_epsilon
+            behaviour = self._explore(played, mask, epsilon) if is_traverser else played
             action = self._sample(behaviour, mask, self._draw(rng.Purpose.SAMPLE))
             if is_traverser:
                 path.append((obs, mask, played, action, behaviour[action]))
@@ -265,7 +266,7 @@ class ReferenceTraversal:
         for k, (obs, mask, sigma, action, q) in enumerate(path):
             target = self._targets(sigma, mask, action, q, after[k], utility)
             value = pol.sampled_value(after[k], utility, q)
-            clip = self.o.value_clip
+            clip = self.o.outcome_sampling_value_clip
             self.stats["clipped_values"] += int(clip > 0 and bool(jnp.abs(value) > clip))
             self.advantage.append(
                 Record(self.traversal, k, np.asarray(obs), np.asarray(mask), np.asarray(target))

@@ -90,7 +90,7 @@ def check_settings(name: str, settings: WorkerSettings) -> None:
 # implement: (field, its value in the C core, config field).
 JAX_ONLY_MODES = (
     ("expand_at", "root", "traversal.expand_at"),
-    ("rm_floor", 0.0, "regret_matching.floor"),
+    ("floor", 0.0, "regret_matching.floor"),
     ("outcome_estimator", "importance", "traversal.outcome_estimator"),
 )
 
@@ -206,7 +206,7 @@ class TorchBackend:
 
     def traverse(self, networks, *, seed, iteration, traverser, epsilon=None):
         """The iteration's traversals for `traverser`: (Samples, stats dict)."""
-        if epsilon is not None and epsilon != self.options.epsilon:
+        if epsilon is not None and epsilon != self.options.outcome_sampling_epsilon:
             raise ValueError(
                 "traversal.epsilon_decay is implemented by the jax backend only "
                 f"(traversal.backend='jax'); the {self.name} backend keeps "
@@ -215,7 +215,7 @@ class TorchBackend:
         if self.board is None:
             raise RuntimeError(f"the {self.name} backend is closed")
         self.board.publish(network_layouts(self.spec, networks, self.settings.league_size))
-        total = self.options.num_traversals
+        total = self.options.traversals_per_player
         size = self.settings.chunk_size
         common = dict(
             seed=int(seed),
@@ -271,7 +271,7 @@ class TorchBackend:
 
     def _assemble(self, chunks) -> api.Samples:
         """Scatters the chunks' rows into the fixed slots of `api.Samples`."""
-        total = self.options.num_traversals
+        total = self.options.traversals_per_player
         e, a = self.rules.encoding_size, self.rules.num_actions
         arrays = {}
         for kind, per, last in (

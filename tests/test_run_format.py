@@ -1,0 +1,56 @@
+"""The run format (`lc_cfr.train.run_format`): runs saved by an older lc_cfr resume bit
+for bit, and the resumable-changes message is the table's.
+
+tests/fixtures/run_ca193c0_*.tar.gz are one-iteration `:smoke` runs written by commit
+ca193c0, the last before the trainer was split into setup, run format and loop
+(tests/fixtures/make_runs.py writes them). Resumed for a second iteration by today's
+code, each must equal today's uninterrupted two-iteration run of the same config, state
+and metrics alike. Like every bit-exact test here, this holds on one kind of CPU: the
+fixtures were written on the 2-core x86_64 machine CI runs on.
+"""
+
+import importlib.util
+import json
+import pathlib
+import tarfile
+
+import chex
+import pytest
+from config_helpers import default_config
+
+from lc_cfr.train import Trainer, run_format
+
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("make_runs", FIXTURES / "make_runs.py")
+make_runs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_runs)
+TIMING = ("_seconds", "_per_second")
+
+
+def _rows(workdir: pathlib.Path) -> list[dict]:
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [{k: v for k, v in row.items() if not k.endswith(TIMING)} for row in rows]
+
+
+@pytest.mark.parametrize("name", sorted(make_runs.RUNS))
+def test_a_run_saved_before_the_split_resumes_bit_for_bit(tmp_path, name):
+    saved = tmp_path / "saved"
+    with tarfile.open(FIXTURES / f"run_ca193c0_{name}.tar.gz") as archive:
+        archive.extractall(saved, filter="data")
+    config = make_runs.config_of(default_config, make_runs.RUNS[name], iterations=2)
+    resumed = Trainer(config, saved).run()
+    whole = Trainer(config, tmp_path / "whole").run()
+    assert resumed.iteration == whole.iteration == 2
+    chex.assert_trees_all_equal(whole, resumed)  # the whole state, bit for bit
+    assert _rows(saved) == _rows(tmp_path / "whole")
+
+
+def test_the_resume_refusal_lists_every_resumable_change(tmp_path):
+    config = make_runs.config_of(default_config, {})
+    (tmp_path / "config.json").write_text(config.to_json())
+    config.network.hidden_size += 1
+    with pytest.raises(ValueError, match="network.hidden_size") as refused:
+        run_format.check_resumable(tmp_path, config, uses_value_network=False)
+    for field in run_format.RESUMABLE_CHANGES:
+        assert (f"{field}*" if field.endswith(".") else field) in str(refused.value)
