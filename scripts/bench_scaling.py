@@ -90,7 +90,7 @@ def worker(args) -> None:
 
     def call(iteration: int):
         start = time.perf_counter()
-        samples, stats, _ = lockstep.run_traversals(
+        samples, stats = lockstep.run_traversals(
             rules,
             spec,
             options,

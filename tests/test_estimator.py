@@ -98,7 +98,7 @@ class Estimates:
         runs = [(mode, _options(mode)) for mode in pol.UNSAMPLED_REGRET_MODES]
         runs += [(e, _options("zero", e)) for e in pol.OUTCOME_ESTIMATORS[1:]]
         for mode, opts in runs:
-            samples, stats, _ = lockstep.run_traversals(
+            samples, stats = lockstep.run_traversals(
                 RULES,
                 SPEC,
                 opts,

@@ -149,7 +149,7 @@ class Run:
 
     def __init__(self, case: str, levels, decks, deal, networks):
         opts = _options(case)
-        samples, self.stats, _ = jax.device_get(
+        samples, self.stats = jax.device_get(
             lockstep.run_traversals(
                 RULES,
                 SPEC,

@@ -38,7 +38,8 @@ MODES = {
 for mode, overrides in MODES.items():
     opts = options(traversals_per_player=8, **overrides)
     run = lambda n: lockstep.run_traversals(
-        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n)
+        TINY, SPEC, opts, nets, lanes=4, seed=5, iteration=2, traverser=1, devices=n,
+        per_device=True)
     one, one_stats, one_devices = jax.device_get(run(1))
     for name in WORK + LOOP:  # one device: its share is the whole
         assert getattr(one_devices, name).tolist() == [int(getattr(one_stats, name))], name

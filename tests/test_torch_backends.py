@@ -91,7 +91,7 @@ def settings(**overrides):
 
 
 def jax_result(opts, traverser):
-    samples, stats, _ = lockstep.run_traversals(
+    samples, stats = lockstep.run_traversals(
         TINY, SPEC, opts, NETWORKS, lanes=5, seed=5, iteration=3, traverser=traverser
     )
     return samples, api.TraversalStats(*(int(x) for x in stats))

@@ -47,7 +47,7 @@ def test_lockstep_equals_reference(case):
     row = TRAVERSAL_CASES[case]
     opts = row.options()
     nets = networks(seed=len(case))
-    samples, stats, _ = lockstep.run_traversals(
+    samples, stats = lockstep.run_traversals(
         TINY, SPEC, opts, nets, lanes=row.lanes, seed=11, iteration=3, traverser=row.traverser
     )
     samples, stats = jax.device_get((samples, stats))
@@ -143,7 +143,7 @@ def test_sampled_expansions_reach_every_phase_of_the_game():
         )
         phases[expand_at] = set()
         for traverser in (0, 1):  # TINY's 6 turns: each player moves in 3 of the 4 phases
-            samples, _, _ = jax.device_get(
+            samples, _ = jax.device_get(
                 lockstep.run_traversals(
                     TINY, SPEC, opts, nets, lanes=16, seed=4, iteration=2, traverser=traverser
                 )
