@@ -177,7 +177,7 @@ class ReferenceTraversal:
             self.stats["terminals"] += int(bool(state.terminal) and not bool(state.truncated))
             self.stats["truncations"] += int(bool(state.truncated))
             self.stats["cutoffs"] += int(cut)
-            self.stats["endpoint_depth_sum"] += 2 * int(state.turn) + int(state.phase)
+            self.stats["endpoint_depth_sum"] += int(engine.decision_index(state))
         return ended, cut
 
     def _utility(self, state) -> jax.Array:
@@ -311,7 +311,7 @@ class ReferenceTraversal:
             if self._store_strategy(is_traverser):
                 self._record_strategy(obs, mask, stored)
             self.stats["nodes"] += 1
-            decision = 2 * int(state.turn) + int(state.phase)
+            decision = int(engine.decision_index(state))
             if is_traverser and decision >= start and int(np.sum(np.asarray(mask))) >= 2:
                 self._expand(state, obs, mask, played, 0)
                 return
