@@ -20,8 +20,11 @@ regrets, `policy.baseline_path_targets`).
 Lane modes: IDLE (waiting for a traversal), DECIDE (at a decision that needs a policy),
 RETURN (external sampling: handing a value up to the top stack frame) and ROLLOUT
 (playing out a cut-off position). In outcome sampling all busy lanes start their
-traversals on steps divisible by 4 and advance one decision per step, so all lanes at a
-decision share the player to move and one network serves the whole batch. With several
+traversals on a round's first step (`_round_starts`) and advance one decision per step,
+so all lanes at a decision share the player to move and one network serves the whole
+batch. A step (`_Traversals.advance`) chains `refill`, `decide` (`look`: the forwards;
+`choose`: the estimator's `_plan_*`; the recorders; `move`), `backward` and `play_out`,
+after the loop body of mctx's `search.py`. With several
 JAX devices (of one process or of several, `jax.distributed`) the quota and the lanes are
 split into equal contiguous blocks, one per device of a `sharding.lanes_mesh`: each
 device runs its block's loop inside `jax.shard_map` and the blocks' samples are gathered
@@ -64,9 +67,27 @@ IDLE, DECIDE, RETURN, ROLLOUT = 0, 1, 2, 3
 # decisions and forwarded states sum to the single-device run's, loop steps to the run's.
 DEVICE_STATS = ("nodes", "policy_calls", "steps")
 
+# A turn is two decisions of one player (its card, then its draw) and a round is a turn of
+# each of the two players: outcome sampling starts traversals on round starts only.
+STEPS_PER_TURN = 2
+STEPS_PER_ROUND = 2 * STEPS_PER_TURN
 
-class _Lanes(NamedTuple):
-    """Loop state. L lanes, D frames, T traversals, S/S2 sample slots."""
+
+def _round_starts(step) -> jax.Array:
+    """Whether outcome sampling may start traversals at `step`: lanes start together at a
+    round's first step and take one decision a step, so all lanes at a decision share the
+    player to move and one network serves the whole batch."""
+    return step % STEPS_PER_ROUND == 0
+
+
+def _synchronised_mover(step) -> jax.Array:
+    """[] int32 the player to move at `step` in every outcome-sampling lane at a decision
+    (the first player at a round's start, see `_round_starts`)."""
+    return (step // STEPS_PER_TURN) % 2
+
+
+class _Position(NamedTuple):
+    """Where each of the L lanes' traversals stands."""
 
     game: engine.State  # fields [L, ...], the lane's current position
     mode: jax.Array  # [L] int32 IDLE | DECIDE | RETURN | ROLLOUT
@@ -74,34 +95,99 @@ class _Lanes(NamedTuple):
     draws: jax.Array  # [L] int32 random draws taken by the traversal (counter word)
     advantage_nodes: jax.Array  # [L] int32 advantage slots used by the traversal
     strategy_nodes: jax.Array  # [L] int32 strategy slots used
-    value: jax.Array  # [L] float32 value being returned (RETURN)
-    expand_from: jax.Array  # [L] int32 sampled expansion: first decision index it may take
     snapshot: jax.Array  # [L] int32 league snapshot the opponent plays
-    rollout_base: engine.State  # fields [L, ...], position a playout restarts from
-    rollout_done: jax.Array  # [L] int32 playouts finished
-    rollout_sum: jax.Array  # [L] float32 sum of their utilities
-    frame_game: engine.State  # fields [L, D, ...] expanded traverser nodes (external)
-    frame_policy: jax.Array  # [L, D, A] float32
-    frame_mask: jax.Array  # [L, D, A] bool
-    frame_values: jax.Array  # [L, D, A] float32 child values
-    frame_action: jax.Array  # [L, D] int32 child being explored
-    frame_slot: jax.Array  # [L, D] int32 advantage slot of the node
-    frame_draws: jax.Array  # [L, D] int32 draw counter at the node (sampled: each child
+    expand_from: jax.Array  # [L] int32 sampled expansion: first decision index it may take
+    on_trajectory: jax.Array  # [L] bool sampled expansion: the position lies on the
+    # on-policy trajectory (the path, then the child sigma picks at each expanded node)
+    value: jax.Array  # [L] float32 value being returned (RETURN)
+
+
+class _Frames(NamedTuple):
+    """External sampling's stack of expanded traverser nodes, D frames per lane."""
+
+    game: engine.State  # fields [L, D, ...] the node's position
+    policy: jax.Array  # [L, D, A] float32 sigma at the node
+    mask: jax.Array  # [L, D, A] bool legal actions
+    values: jax.Array  # [L, D, A] float32 child values found so far
+    action: jax.Array  # [L, D] int32 child being explored
+    slot: jax.Array  # [L, D] int32 advantage slot of the node
+    draws: jax.Array  # [L, D] int32 draw counter at the node (sampled: each child
     # restarts from it, so all children meet the same random numbers)
-    # sampled: the child sigma would have played at each frame, and whether the frame's
-    # node lies on that on-policy trajectory; strategy samples are taken along it only
-    frame_follow: jax.Array  # [L, D] int32
-    frame_on: jax.Array  # [L, D] bool
-    on_trajectory: jax.Array  # [L] bool, the lane's position lies on the trajectory
+    follow: jax.Array  # [L, D] int32 sampled: the child sigma would have played
+    on: jax.Array  # [L, D] bool sampled: the node lies on the on-policy trajectory
     top: jax.Array  # [L] int32 frames in use
+
+
+class _Rollouts(NamedTuple):
+    """Playouts of cut-off positions (`cutoff_value_mode='rollouts'`)."""
+
+    base: engine.State  # fields [L, ...], the position a playout restarts from
+    done: jax.Array  # [L] int32 playouts finished
+    total: jax.Array  # [L] float32 sum of their utilities
+
+
+class _OutcomePath(NamedTuple):
+    """Outcome sampling's record of each path, made into targets by `finish`. S advantage
+    slots (1 where the estimator keeps none), T traversals."""
+
+    action: jax.Array  # [S] int32 sampled action at each advantage slot
+    prob: jax.Array  # [S] float32 its sampling probability sigma'(a*)
+    baseline: jax.Array  # [S, A] float32 value estimates b(h, a) at the slot's node
+    utility: jax.Array  # [T] float32 utility at the end of each traversal
+
+
+class _Lanes(NamedTuple):
+    """Loop state."""
+
+    position: _Position
+    frames: _Frames
+    rollouts: _Rollouts
+    path: _OutcomePath
+    samples: Samples  # the iteration's samples, in slots per traversal
     next_traversal: jax.Array  # [] int32 next traversal of the quota to start
     step: jax.Array  # [] int32
-    samples: Samples
-    path_action: jax.Array  # [S] int32 outcome: sampled action at each advantage slot
-    path_prob: jax.Array  # [S] float32 outcome: its sampling probability sigma'(a*)
-    path_baseline: jax.Array  # [S, A] float32 value estimates b(h, a) at the slot's node
-    utility: jax.Array  # [T] float32 outcome: utility at the end of each traversal
-    stats: TraversalStats
+    stats: TraversalStats  # leaves [] int32
+
+
+class _Node(NamedTuple):
+    """What every lane sees at its position in one step, the network forwards included."""
+
+    deciding: jax.Array  # [L] bool the lane is at a decision (the others carry junk)
+    is_traverser: jax.Array  # [L] bool the traverser is to move
+    obs: jax.Array  # [L, E] float32 the mover's information state
+    mask: jax.Array  # [L, A] bool legal actions
+    played: jax.Array  # [L, A] float32 the mover's policy
+    stored: jax.Array  # [L, A] float32 the policy a strategy sample stores
+    history: jax.Array | None  # [L, E + N] float32 the traverser's history features
+    baseline: jax.Array | None  # [L, A] float32 its history values (0 off its turns)
+    forwards: jax.Array  # [] int32 network forwards run per lane
+
+
+class _Plan(NamedTuple):
+    """An estimator's answer at every lane's node (see `_Traversals.__init__`)."""
+
+    behaviour: jax.Array  # [L, A] float32 the policy the move is sampled from
+    expand: jax.Array  # [L] bool every child is explored (external sampling)
+    advantage: jax.Array  # [L] bool the node takes an advantage sample
+    in_tree: jax.Array  # [L] bool the node may take a strategy sample
+
+
+class _Slots(NamedTuple):
+    """Sample slots one kind of sample takes at every lane's node."""
+
+    slot: jax.Array  # [L] int32 the slot the lane writes
+    write: jax.Array  # [L] bool the lane writes a sample
+    overflow: jax.Array  # [L] bool it wanted one past its traversal's slots (a bug)
+
+
+class _Choice(NamedTuple):
+    """The move every lane makes and the samples it takes."""
+
+    action: jax.Array  # [L] int32 (the first legal action at an expanded node)
+    behaviour: jax.Array  # [L, A] float32 the policy it was sampled from
+    expand: jax.Array  # [L] bool
+    advantage: _Slots
+    strategy: _Slots
 
 
 def _tree_index(tree, index):
@@ -126,6 +212,22 @@ def _write_rows(buffer, slots, rows, condition):
     """buffer[slots[l]] = rows[l] where condition[l] (others dropped)."""
     target = jnp.where(condition, slots, buffer.shape[0])
     return buffer.at[target].set(rows, mode="drop")
+
+
+def _write_samples(samples: Samples, slot, write, **columns) -> Samples:
+    """samples.<name>[slot[l]] = rows[l] where write[l], for every `name=rows`."""
+    return samples._replace(
+        **{
+            name: _write_rows(getattr(samples, name), slot, rows, write)
+            for name, rows in columns.items()
+        }
+    )
+
+
+def _take_slots(traversal, used, per_traversal: int, wanted) -> _Slots:
+    """The next of a traversal's `per_traversal` slots for every lane that wants one."""
+    overflow = wanted & (used >= per_traversal)
+    return _Slots(traversal * per_traversal + used, wanted & ~overflow, overflow)
 
 
 def _utility(rules: Rules, game: engine.State, traverser, scale: float):
@@ -203,12 +305,12 @@ def run_traversals(
 
 
 def _traverse(rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset):
-    machine = _Machine(
+    loop = _Traversals(
         rules, spec, options, lanes, networks, seed, iteration, traverser, total, offset
     )
-    lanes = machine.initial()
-    lanes = jax.lax.while_loop(machine.busy, machine.advance, lanes)
-    return machine.finish(lanes)
+    lanes = loop.initial()
+    lanes = jax.lax.while_loop(loop.busy, loop.advance, lanes)
+    return loop.finish(lanes)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
@@ -241,136 +343,166 @@ def _run_sharded(rules, spec, options, lanes, total, mesh, networks, seed, itera
     )
 
 
-class _Machine:
-    """The step function of the lockstep loop, closed over one call's arguments."""
+class _Traversals:
+    """The step function of the lockstep loop, closed over one call's arguments.
+
+    The estimators differ in one place, `plan` (which move, which node is expanded and
+    which takes samples), and in the recorders they chain after it; the rest of a step is
+    shared. A variant is a function chosen here, never a flag tested inside a step.
+    """
 
     def __init__(
         self, rules, spec, options, lanes, networks, seed, iteration, traverser, total, offset
     ):
-        self.rules, self.spec, self.o, self.lanes = rules, spec, options, lanes
+        self.rules, self.spec, self.options, self.lanes = rules, spec, options, lanes
         self.networks, self.seed, self.iteration = networks, seed, iteration
         self.traverser = traverser
-        # traversal j of this machine is traversal offset + j of the player's quota `total`
+        # traversal j of this loop is traversal offset + j of the player's quota `total`
         self.game_base = traverser * total + offset
         self.outcome = options.sampling_mode == "outcome"
         self.sampled = is_sampled_expansion(options)
-        self.value = uses_value_network(options)
-        if self.value:
+        self.reads_values = uses_value_network(options)
+        if self.reads_values:
             self.value_spec = value_spec(rules, spec)
         self.adv_slots, self.strat_slots = slots_per_traversal(rules, options)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(traverser == 0, x, y), a, b)  # noqa: E731
         self.own_params = pick(networks.advantage[0], networks.advantage[1])
         self.opponent_params = pick(networks.advantage[1], networks.advantage[0])
+        if self.outcome:
+            self.plan = self._plan_outcome
+            recorders = [self._record_outcome_path]
+        elif self.sampled:
+            self.plan = self._plan_sampled
+            recorders = [self._record_trajectory, self._push_frame]
+        else:
+            self.plan = self._plan_at_root
+            recorders = [self._push_frame]
+        if self.reads_values:
+            recorders.append(self._record_value)
+        self.recorders = (self._record_advantage, self._record_strategy, *recorders)
 
     # ----- set-up and bookkeeping -------------------------------------------------
 
     def initial(self) -> _Lanes:
-        r, o = self.rules, self.o
-        L, T, D = self.lanes, o.traversals_per_player, max(o.max_depth, 1)
-        n, e, a = r.n_cards, r.encoding_size, r.num_actions
-        S, S2 = T * self.adv_slots, T * self.strat_slots
-        blank = jax.vmap(lambda i: engine.init_from_deck(r, jnp.arange(n)))(jnp.arange(L))
+        rules, options = self.rules, self.options
+        L, T, D = self.lanes, options.traversals_per_player, max(options.max_depth, 1)
+        e, a = rules.encoding_size, rules.num_actions
+        S, S_strategy = T * self.adv_slots, T * self.strat_slots
+        blank = jax.vmap(lambda i: engine.init_from_deck(rules, jnp.arange(rules.n_cards)))(
+            jnp.arange(L)
+        )
         blank = blank.replace(terminal=jnp.ones((L,), jnp.bool_))
-        frames = jax.tree.map(lambda x: jnp.repeat(x[:, None], D, axis=1), blank)
-        zeros_l = jnp.zeros((L,), jnp.int32)
+        ints, floats = jnp.zeros((L,), jnp.int32), jnp.zeros((L,), jnp.float32)
         zero = jnp.int32(0)
+        value_columns = {}
+        if self.reads_values:
+            value_columns = dict(
+                value_info=jnp.zeros((S, engine.history_size(rules)), jnp.float32),
+                value_mask=jnp.zeros((S, a), jnp.bool_),
+                value_target=jnp.zeros((S, a), jnp.float32),
+                value_valid=jnp.zeros((S,), jnp.bool_),
+            )
+        path_slots = S if self.outcome else 1
         return _Lanes(
-            game=blank,
-            mode=zeros_l,
-            traversal=zeros_l - 1,
-            draws=zeros_l,
-            advantage_nodes=zeros_l,
-            strategy_nodes=zeros_l,
-            value=jnp.zeros((L,), jnp.float32),
-            expand_from=zeros_l,
-            snapshot=zeros_l,
-            rollout_base=blank,
-            rollout_done=zeros_l,
-            rollout_sum=jnp.zeros((L,), jnp.float32),
-            frame_game=frames,
-            frame_policy=jnp.zeros((L, D, a), jnp.float32),
-            frame_mask=jnp.zeros((L, D, a), jnp.bool_),
-            frame_values=jnp.zeros((L, D, a), jnp.float32),
-            frame_action=jnp.zeros((L, D), jnp.int32),
-            frame_slot=jnp.zeros((L, D), jnp.int32),
-            frame_draws=jnp.zeros((L, D), jnp.int32),
-            frame_follow=jnp.zeros((L, D), jnp.int32),
-            frame_on=jnp.zeros((L, D), jnp.bool_),
-            on_trajectory=jnp.zeros((L,), jnp.bool_),
-            top=zeros_l,
-            next_traversal=zero,
-            step=zero,
+            position=_Position(
+                game=blank,
+                mode=ints,
+                traversal=ints - 1,
+                draws=ints,
+                advantage_nodes=ints,
+                strategy_nodes=ints,
+                snapshot=ints,
+                expand_from=ints,
+                on_trajectory=jnp.zeros((L,), jnp.bool_),
+                value=floats,
+            ),
+            frames=_Frames(
+                game=jax.tree.map(lambda x: jnp.repeat(x[:, None], D, axis=1), blank),
+                policy=jnp.zeros((L, D, a), jnp.float32),
+                mask=jnp.zeros((L, D, a), jnp.bool_),
+                values=jnp.zeros((L, D, a), jnp.float32),
+                action=jnp.zeros((L, D), jnp.int32),
+                slot=jnp.zeros((L, D), jnp.int32),
+                draws=jnp.zeros((L, D), jnp.int32),
+                follow=jnp.zeros((L, D), jnp.int32),
+                on=jnp.zeros((L, D), jnp.bool_),
+                top=ints,
+            ),
+            rollouts=_Rollouts(base=blank, done=ints, total=floats),
+            path=_OutcomePath(
+                action=jnp.zeros((path_slots,), jnp.int32),
+                prob=jnp.ones((path_slots,), jnp.float32),
+                baseline=jnp.zeros((S if self.reads_values else 1, a), jnp.float32),
+                utility=jnp.zeros((T,), jnp.float32),
+            ),
             samples=Samples(
                 advantage_info=jnp.zeros((S, e), jnp.float32),
                 advantage_mask=jnp.zeros((S, a), jnp.bool_),
                 advantage_target=jnp.zeros((S, a), jnp.float32),
                 advantage_valid=jnp.zeros((S,), jnp.bool_),
-                strategy_info=jnp.zeros((S2, e), jnp.float32),
-                strategy_mask=jnp.zeros((S2, a), jnp.bool_),
-                strategy_policy=jnp.zeros((S2, a), jnp.float32),
-                strategy_valid=jnp.zeros((S2,), jnp.bool_),
-                **(
-                    dict(
-                        value_info=jnp.zeros((S, engine.history_size(r)), jnp.float32),
-                        value_mask=jnp.zeros((S, a), jnp.bool_),
-                        value_target=jnp.zeros((S, a), jnp.float32),
-                        value_valid=jnp.zeros((S,), jnp.bool_),
-                    )
-                    if self.value
-                    else {}
-                ),
+                strategy_info=jnp.zeros((S_strategy, e), jnp.float32),
+                strategy_mask=jnp.zeros((S_strategy, a), jnp.bool_),
+                strategy_policy=jnp.zeros((S_strategy, a), jnp.float32),
+                strategy_valid=jnp.zeros((S_strategy,), jnp.bool_),
+                **value_columns,
             ),
-            path_action=jnp.zeros((S if self.outcome else 1,), jnp.int32),
-            path_prob=jnp.ones((S if self.outcome else 1,), jnp.float32),
-            path_baseline=jnp.zeros((S if self.value else 1, a), jnp.float32),
-            utility=jnp.zeros((T,), jnp.float32),
+            next_traversal=zero,
+            step=zero,
             stats=TraversalStats(*([zero] * len(TraversalStats._fields))),
         )
 
     def busy(self, lanes: _Lanes):
-        return jnp.any(lanes.mode != IDLE) | (lanes.next_traversal < self.o.traversals_per_player)
+        quota_left = lanes.next_traversal < self.options.traversals_per_player
+        return jnp.any(lanes.position.mode != IDLE) | quota_left
 
     def game_index(self, traversal):
         return self.game_base + traversal
 
-    def bits(self, lanes: _Lanes, purpose):
+    def bits(self, position: _Position, purpose, offset=0):
         return rng.random_bits(
-            self.seed, self.iteration, self.game_index(lanes.traversal), lanes.draws, purpose
+            self.seed,
+            self.iteration,
+            self.game_index(position.traversal),
+            position.draws + offset,
+            purpose,
         )
 
     def refill(self, lanes: _Lanes) -> _Lanes:
         """Idle lanes take the next traversals of the quota, in lane order."""
-        idle = lanes.mode == IDLE
+        position = lanes.position
+        idle = position.mode == IDLE
         if self.outcome:  # keep every busy lane on the same player to move
-            idle = idle & (lanes.step % 4 == 0)
+            idle = idle & _round_starts(lanes.step)
         rank = jnp.cumsum(idle) - 1
         new = lanes.next_traversal + rank
-        start = idle & (new < self.o.traversals_per_player)
+        start = idle & (new < self.options.traversals_per_player)
         # Dealing sorts a whole deck per lane: do it only on steps where a lane starts.
         games = jax.lax.cond(
             jnp.any(start),
             lambda: jax.vmap(engine.init, in_axes=(None, None, 0, None))(
                 self.rules, self.seed, self.game_index(new), self.iteration
             ),
-            lambda: lanes.game,
+            lambda: position.game,
         )
         count = jnp.maximum(self.networks.league_count, 1)
         snapshot_bits = rng.random_bits(
             self.seed, self.iteration, self.game_index(new), 0, rng.Purpose.OPPONENT
         )
         expand_from = expansion_start(self.rules, self.seed, self.iteration, self.game_index(new))
+        position = position._replace(
+            game=engine.tree_where(start, games, position.game),
+            mode=jnp.where(start, DECIDE, position.mode),
+            traversal=jnp.where(start, new, position.traversal),
+            draws=jnp.where(start, 0, position.draws),
+            advantage_nodes=jnp.where(start, 0, position.advantage_nodes),
+            strategy_nodes=jnp.where(start, 0, position.strategy_nodes),
+            snapshot=jnp.where(start, rng.below(snapshot_bits, count), position.snapshot),
+            expand_from=jnp.where(start, expand_from, position.expand_from),
+            on_trajectory=position.on_trajectory | start,
+        )
+        frames = lanes.frames._replace(top=jnp.where(start, 0, lanes.frames.top))
         return lanes._replace(
-            game=engine.tree_where(start, games, lanes.game),
-            mode=jnp.where(start, DECIDE, lanes.mode),
-            traversal=jnp.where(start, new, lanes.traversal),
-            draws=jnp.where(start, 0, lanes.draws),
-            advantage_nodes=jnp.where(start, 0, lanes.advantage_nodes),
-            strategy_nodes=jnp.where(start, 0, lanes.strategy_nodes),
-            snapshot=jnp.where(start, rng.below(snapshot_bits, count), lanes.snapshot),
-            expand_from=jnp.where(start, expand_from, lanes.expand_from),
-            on_trajectory=lanes.on_trajectory | start,
-            top=jnp.where(start, 0, lanes.top),
-            next_traversal=lanes.next_traversal + jnp.sum(start),
+            position=position, frames=frames, next_traversal=lanes.next_traversal + jnp.sum(start)
         )
 
     # ----- policies --------------------------------------------------------------
@@ -378,17 +510,19 @@ class _Machine:
     def _regret_policy(self, params, obs, mask):
         raw = mlp.apply(self.spec, params, obs)
         advantages = mlp.masked_advantages(raw, mask)
-        rm = functools.partial(
-            pol.regret_matching, fallback=self.o.all_negative_fallback, floor=self.o.floor
+        regret_matching = functools.partial(
+            pol.regret_matching,
+            fallback=self.options.all_negative_fallback,
+            floor=self.options.floor,
         )
-        return jax.vmap(rm)(advantages, mask)
+        return jax.vmap(regret_matching)(advantages, mask)
 
     def _strategy_policy(self, params, obs, mask):
         return mlp.masked_policy(mlp.apply(self.spec, params, obs), mask)
 
-    def _opponent_policy(self, lanes, obs, mask, snapshot):
+    def _opponent_policy(self, lanes, obs, mask):
         """(policy played, policy stored as a strategy sample, forwards run)."""
-        mode = self.o.opponent_policy
+        mode = self.options.opponent_policy
         current = self._regret_policy(self.opponent_params, obs, mask)
         if mode == "network":
             return current, current, 1
@@ -398,392 +532,479 @@ class _Machine:
         if mode == "average_strategy":
             return self._strategy_policy(self.networks.strategy, obs, mask), current, 2
         league = jax.vmap(lambda p: self._strategy_policy(p, obs, mask))(self.networks.league)
-        played = jax.vmap(lambda probs, k: probs[k], in_axes=(1, 0))(league, snapshot)
+        played = jax.vmap(lambda probs, k: probs[k], in_axes=(1, 0))(
+            league, lanes.position.snapshot
+        )
         return played, current, 1 + jax.tree.leaves(self.networks.league)[0].shape[0]
 
     def policies(self, lanes: _Lanes, obs, mask, is_traverser):
         """(played policy, strategy-sample policy, forwards run) for every lane [L, A]."""
         if self.outcome:
             # all lanes at a decision share the mover: evaluate only what it needs
-            mover = (lanes.step // 2) % 2
 
             def own(_):
                 played = self._regret_policy(self.own_params, obs, mask)
                 return played, played, jnp.int32(1)
 
             def other(_):
-                played, sample, calls = self._opponent_policy(lanes, obs, mask, lanes.snapshot)
+                played, sample, calls = self._opponent_policy(lanes, obs, mask)
                 return played, sample, jnp.int32(calls)
 
+            mover = _synchronised_mover(lanes.step)
             return jax.lax.cond(mover == self.traverser, own, other, None)
         own_policy = self._regret_policy(self.own_params, obs, mask)
-        played, sample, calls = self._opponent_policy(lanes, obs, mask, lanes.snapshot)
+        played, sample, calls = self._opponent_policy(lanes, obs, mask)
         chosen = jnp.where(is_traverser[:, None], own_policy, played)
         stored = jnp.where(is_traverser[:, None], own_policy, sample)
         return chosen, stored, jnp.int32(calls + 1)
 
+    def history_values(self, step, game, mask, like):
+        """(history features, value estimates b(h, .), forwards run): the traverser's
+        history value at its decisions, skipped on the opponent's steps (outcome sampling:
+        all lanes share the mover)."""
+        history = jax.vmap(engine.observe_history, in_axes=(None, 0, None))(
+            self.rules, game, self.traverser
+        )
+
+        def estimate(_):
+            raw = mlp.apply(self.value_spec, self.networks.value, history)
+            return mlp.masked_advantages(raw, mask)
+
+        at_traverser = _synchronised_mover(step) == self.traverser
+        baseline = jax.lax.cond(at_traverser, estimate, jnp.zeros_like, like)
+        return history, baseline, at_traverser.astype(jnp.int32)
+
     # ----- one lockstep step -----------------------------------------------------
 
     def advance(self, lanes: _Lanes) -> _Lanes:
+        """The loop body: start traversals, decide, hand values up, play out."""
         lanes = self.refill(lanes)
         lanes = self.decide(lanes)
         if not self.outcome:
-            lanes = self.give_back(lanes)
-        if self.o.cutoff_value_mode == "rollouts":
+            lanes = self.backward(lanes)
+        if self.options.cutoff_value_mode == "rollouts":
             lanes = self.play_out(lanes)
         stats = lanes.stats._replace(steps=lanes.stats.steps + 1)
         return lanes._replace(step=lanes.step + 1, stats=stats)
 
     def decide(self, lanes: _Lanes) -> _Lanes:
-        r, o = self.rules, self.o
-        deciding = lanes.mode == DECIDE
-        game = lanes.game
+        """One decision in every lane at one: look (the forwards), choose (the estimator's
+        plan), record the samples and frames, move."""
+        node = self.look(lanes)
+        choice = self.choose(lanes, node)
+        for record in self.recorders:
+            lanes = record(lanes, node, choice)
+        return self.arrive(self.move(lanes, node, choice), node.deciding)
+
+    def look(self, lanes: _Lanes) -> _Node:
+        game = lanes.position.game
         mover = game.current_player
         is_traverser = mover == self.traverser
-        obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(r, game, mover)
-        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(r, game)
+        obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(self.rules, game, mover)
+        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(self.rules, game)
         played, stored, forwards = self.policies(lanes, obs, mask, is_traverser)
-
-        expand = jnp.zeros_like(deciding)
-        if self.outcome:
-            explored = jax.vmap(pol.explore, in_axes=(0, 0, None))(
-                played, mask, o.outcome_sampling_epsilon
-            )
-            behaviour = jnp.where(is_traverser[:, None], explored, played)
-        elif self.sampled:
-            # on the path (no frame yet) the traverser plays its policy mixed with
-            # path_epsilon of uniform, and expands its first decision at or past the
-            # drawn index that has a real choice; below it, max_depth levels as at the root
-            on_path = lanes.top == 0
-            decision = 2 * game.turn + game.phase
-            choice = jnp.sum(mask, axis=1) >= 2
-            armed = ~on_path | ((decision >= lanes.expand_from) & choice)
-            expand = deciding & is_traverser & (lanes.top < o.max_depth) & armed
-            explored = jax.vmap(pol.explore, in_axes=(0, 0, None))(played, mask, o.path_epsilon)
-            behaviour = jnp.where((is_traverser & on_path)[:, None], explored, played)
-        else:
-            expand = deciding & is_traverser & (lanes.top < o.max_depth)
-            behaviour = played
-        sampled = jax.vmap(pol.sample_action)(behaviour, mask, self.bits(lanes, rng.Purpose.SAMPLE))
-        first_legal = jnp.argmax(mask, axis=1).astype(jnp.int32)
-        action = jnp.where(expand, first_legal, sampled)
-        draws = lanes.draws + (deciding & ~expand)
-
-        samples = lanes.samples
-        base = lanes.traversal * self.adv_slots
-        # advantage samples: outcome at every traverser decision, external at expansions
-        write_adv = deciding & (is_traverser if self.outcome else expand)
-        overflow = write_adv & (lanes.advantage_nodes >= self.adv_slots)
-        write_adv = write_adv & ~overflow
-        adv_slot = base + lanes.advantage_nodes
-        samples = samples._replace(
-            advantage_info=_write_rows(samples.advantage_info, adv_slot, obs, write_adv),
-            advantage_mask=_write_rows(samples.advantage_mask, adv_slot, mask, write_adv),
-            advantage_valid=_write_rows(samples.advantage_valid, adv_slot, write_adv, write_adv),
+        history = baseline = None
+        if self.reads_values:
+            history, baseline, value_forwards = self.history_values(lanes.step, game, mask, played)
+            forwards = forwards + value_forwards
+        return _Node(
+            deciding=lanes.position.mode == DECIDE,
+            is_traverser=is_traverser,
+            obs=obs,
+            mask=mask,
+            played=played,
+            stored=stored,
+            history=history,
+            baseline=baseline,
+            forwards=forwards,
         )
-        path_action, path_prob = lanes.path_action, lanes.path_prob
-        if self.outcome:
-            chosen_prob = jnp.take_along_axis(behaviour, action[:, None], axis=1)[:, 0]
-            samples = samples._replace(
-                advantage_target=_write_rows(samples.advantage_target, adv_slot, played, write_adv)
-            )  # holds sigma until the path ends; finish() turns it into targets
-            path_action = _write_rows(path_action, adv_slot, action, write_adv)
-            path_prob = _write_rows(path_prob, adv_slot, chosen_prob, write_adv)
-        path_baseline = lanes.path_baseline
-        if self.value:
-            # the traverser's history value at its decisions (skipped on opponent steps:
-            # all lanes share the mover)
-            history = jax.vmap(engine.observe_history, in_axes=(None, 0, None))(
-                r, game, self.traverser
-            )
 
-            def estimate(_):
-                raw = mlp.apply(self.value_spec, self.networks.value, history)
-                return mlp.masked_advantages(raw, mask)
-
-            at_traverser = ((lanes.step // 2) % 2) == self.traverser
-            baseline = jax.lax.cond(at_traverser, estimate, jnp.zeros_like, played)
-            forwards = forwards + at_traverser.astype(jnp.int32)
-            path_baseline = _write_rows(path_baseline, adv_slot, baseline, write_adv)
-            samples = samples._replace(
-                value_info=_write_rows(samples.value_info, adv_slot, history, write_adv),
-                value_mask=_write_rows(
-                    samples.value_mask,
-                    adv_slot,
-                    jax.nn.one_hot(action, r.num_actions) > 0,
-                    write_adv,
-                ),
-                value_valid=_write_rows(samples.value_valid, adv_slot, write_adv, write_adv),
-            )  # value_target is set by finish()
-        # strategy samples
-        if self.sampled:
-            # the on-policy trajectory: the path down to the expansion, then the child sigma
-            # picks at every expanded node (the others are played for their values only)
-            in_tree = lanes.on_trajectory
-        else:
-            in_tree = self.outcome | (lanes.top < o.max_depth)
-        store_here = {
-            "opponent": ~is_traverser,
-            "traverser": is_traverser,
-            "both": jnp.ones_like(is_traverser),
-        }[o.strategy_samples]
-        write_strat = deciding & store_here & in_tree
-        overflow = overflow | (write_strat & (lanes.strategy_nodes >= self.strat_slots))
-        write_strat = write_strat & (lanes.strategy_nodes < self.strat_slots)
-        strat_slot = lanes.traversal * self.strat_slots + lanes.strategy_nodes
-        samples = samples._replace(
-            strategy_info=_write_rows(samples.strategy_info, strat_slot, obs, write_strat),
-            strategy_mask=_write_rows(samples.strategy_mask, strat_slot, mask, write_strat),
-            strategy_policy=_write_rows(samples.strategy_policy, strat_slot, stored, write_strat),
-            strategy_valid=_write_rows(
-                samples.strategy_valid, strat_slot, write_strat, write_strat
+    def choose(self, lanes: _Lanes, node: _Node) -> _Choice:
+        plan = self.plan(lanes, node)
+        position = lanes.position
+        bits = self.bits(position, rng.Purpose.SAMPLE)
+        sampled = jax.vmap(pol.sample_action)(plan.behaviour, node.mask, bits)
+        first_legal = jnp.argmax(node.mask, axis=1).astype(jnp.int32)
+        stores = {
+            "opponent": ~node.is_traverser,
+            "traverser": node.is_traverser,
+            "both": jnp.ones_like(node.is_traverser),
+        }[self.options.strategy_samples]
+        return _Choice(
+            action=jnp.where(plan.expand, first_legal, sampled),
+            behaviour=plan.behaviour,
+            expand=plan.expand,
+            advantage=_take_slots(
+                position.traversal,
+                position.advantage_nodes,
+                self.adv_slots,
+                node.deciding & plan.advantage,
+            ),
+            strategy=_take_slots(
+                position.traversal,
+                position.strategy_nodes,
+                self.strat_slots,
+                node.deciding & stores & plan.in_tree,
             ),
         )
 
-        # external: push a frame for an expanded node
-        frame_game, frame_policy = lanes.frame_game, lanes.frame_policy
-        frame_mask, frame_values = lanes.frame_mask, lanes.frame_values
-        frame_action, frame_slot, top = lanes.frame_action, lanes.frame_slot, lanes.top
-        frame_draws = lanes.frame_draws
-        frame_follow, frame_on = lanes.frame_follow, lanes.frame_on
-        on_trajectory = lanes.on_trajectory
-        if self.sampled:
-            # drawn apart from the children's streams (which restart at this counter)
-            follow_bits = rng.random_bits(
-                self.seed,
-                self.iteration,
-                self.game_index(lanes.traversal),
-                lanes.draws + 1,
-                rng.Purpose.EXPLORE,
-            )
-            follow = jax.vmap(pol.sample_action)(played, mask, follow_bits)
-            frame_follow = _tree_set(frame_follow, top, follow, expand)
-            frame_on = _tree_set(frame_on, top, on_trajectory, expand)
-            on_trajectory = jnp.where(expand, on_trajectory & (action == follow), on_trajectory)
-        if not self.outcome:
-            frame_game = _tree_set(frame_game, top, game, expand)
-            frame_policy = _tree_set(frame_policy, top, played, expand)
-            frame_mask = _tree_set(frame_mask, top, mask, expand)
-            frame_values = _tree_set(frame_values, top, jnp.zeros_like(played), expand)
-            frame_action = _tree_set(frame_action, top, action, expand)
-            frame_slot = _tree_set(frame_slot, top, adv_slot, expand)
-            frame_draws = _tree_set(frame_draws, top, lanes.draws, expand)
-            top = top + expand
+    def _explore(self, node: _Node, epsilon: float):
+        return jax.vmap(pol.explore, in_axes=(0, 0, None))(node.played, node.mask, epsilon)
 
-        next_game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, game, action)
-        game = engine.tree_where(deciding, next_game, game)
+    def _plan_outcome(self, lanes: _Lanes, node: _Node) -> _Plan:
+        """Outcome sampling: the traverser samples from sigma mixed with epsilon of uniform
+        and takes an advantage sample at each of its decisions; nothing is expanded."""
+        del lanes
+        explored = self._explore(node, self.options.outcome_sampling_epsilon)
+        never = jnp.zeros_like(node.deciding)
+        return _Plan(
+            behaviour=jnp.where(node.is_traverser[:, None], explored, node.played),
+            expand=never,
+            advantage=node.is_traverser,
+            in_tree=~never,
+        )
+
+    def _plan_at_root(self, lanes: _Lanes, node: _Node) -> _Plan:
+        """External sampling from the root: every traverser node of the top `max_depth`
+        levels is expanded (and takes an advantage sample); below, sigma is played."""
+        shallow = lanes.frames.top < self.options.max_depth
+        expand = node.deciding & node.is_traverser & shallow
+        return _Plan(behaviour=node.played, expand=expand, advantage=expand, in_tree=shallow)
+
+    def _plan_sampled(self, lanes: _Lanes, node: _Node) -> _Plan:
+        """External sampling expanded at a sampled decision: on the path (no frame yet) the
+        traverser plays sigma mixed with `path_epsilon` of uniform and expands its first
+        decision at or past the drawn index that has a real choice; below it, `max_depth`
+        levels as at the root. Strategy samples along the on-policy trajectory only."""
+        top = lanes.frames.top
+        on_path = top == 0
+        reached = engine.decision_index(lanes.position.game) >= lanes.position.expand_from
+        a_choice = jnp.sum(node.mask, axis=1) >= 2
+        armed = ~on_path | (reached & a_choice)
+        expand = node.deciding & node.is_traverser & (top < self.options.max_depth) & armed
+        explored = self._explore(node, self.options.path_epsilon)
+        return _Plan(
+            behaviour=jnp.where((node.is_traverser & on_path)[:, None], explored, node.played),
+            expand=expand,
+            advantage=expand,
+            in_tree=lanes.position.on_trajectory,
+        )
+
+    # ----- recorders: what a decision leaves behind, per kind -----------------------
+
+    def _record_advantage(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        """The information state of an advantage sample; its target comes once the node's
+        value is known (`backward`, or `finish` for outcome sampling)."""
+        slots = choice.advantage
+        samples = _write_samples(
+            lanes.samples,
+            slots.slot,
+            slots.write,
+            advantage_info=node.obs,
+            advantage_mask=node.mask,
+            advantage_valid=slots.write,
+        )
+        return lanes._replace(samples=samples)
+
+    def _record_strategy(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        slots = choice.strategy
+        samples = _write_samples(
+            lanes.samples,
+            slots.slot,
+            slots.write,
+            strategy_info=node.obs,
+            strategy_mask=node.mask,
+            strategy_policy=node.stored,
+            strategy_valid=slots.write,
+        )
+        return lanes._replace(samples=samples)
+
+    def _record_outcome_path(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        """Outcome sampling: sigma (held in the target until the path ends), the sampled
+        action and its sampling probability at the slot."""
+        slot, write = choice.advantage.slot, choice.advantage.write
+        prob = jnp.take_along_axis(choice.behaviour, choice.action[:, None], axis=1)[:, 0]
+        path = lanes.path._replace(
+            action=_write_rows(lanes.path.action, slot, choice.action, write),
+            prob=_write_rows(lanes.path.prob, slot, prob, write),
+        )
+        samples = _write_samples(lanes.samples, slot, write, advantage_target=node.played)
+        return lanes._replace(samples=samples, path=path)
+
+    def _record_value(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        """The history value estimates at the slot and a value sample of the action taken
+        (its target is set by `finish`)."""
+        slot, write = choice.advantage.slot, choice.advantage.write
+        taken = jax.nn.one_hot(choice.action, self.rules.num_actions) > 0
+        samples = _write_samples(
+            lanes.samples,
+            slot,
+            write,
+            value_info=node.history,
+            value_mask=taken,
+            value_valid=write,
+        )
+        baseline = _write_rows(lanes.path.baseline, slot, node.baseline, write)
+        return lanes._replace(samples=samples, path=lanes.path._replace(baseline=baseline))
+
+    def _record_trajectory(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        """Sampled expansion: at an expanded node, the child sigma would play and whether
+        the node lies on the on-policy trajectory (`backward` follows it to the children).
+        Drawn one counter past the node's, apart from the children's streams, which all
+        restart at the node's counter."""
+        position, frames, expand = lanes.position, lanes.frames, choice.expand
+        follow_bits = self.bits(position, rng.Purpose.EXPLORE, offset=1)
+        follow = jax.vmap(pol.sample_action)(node.played, node.mask, follow_bits)
+        on = position.on_trajectory
+        frames = frames._replace(
+            follow=_tree_set(frames.follow, frames.top, follow, expand),
+            on=_tree_set(frames.on, frames.top, on, expand),
+        )
+        on = jnp.where(expand, on & (choice.action == follow), on)
+        return lanes._replace(position=position._replace(on_trajectory=on), frames=frames)
+
+    def _push_frame(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        """External sampling: an expanded node becomes the top frame; its first child is
+        explored now and `backward` walks to the others."""
+        frames, expand = lanes.frames, choice.expand
+
+        def put(field, value):
+            return _tree_set(field, frames.top, value, expand)
+
+        frames = frames._replace(
+            game=put(frames.game, lanes.position.game),
+            policy=put(frames.policy, node.played),
+            mask=put(frames.mask, node.mask),
+            values=put(frames.values, jnp.zeros_like(node.played)),
+            action=put(frames.action, choice.action),
+            slot=put(frames.slot, choice.advantage.slot),
+            draws=put(frames.draws, lanes.position.draws),
+            top=frames.top + expand,
+        )
+        return lanes._replace(frames=frames)
+
+    def move(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        position, deciding = lanes.position, node.deciding
+        next_game = jax.vmap(engine.step, in_axes=(None, 0, 0))(
+            self.rules, position.game, choice.action
+        )
+        position = position._replace(
+            game=engine.tree_where(deciding, next_game, position.game),
+            draws=position.draws + (deciding & ~choice.expand),
+            advantage_nodes=position.advantage_nodes + choice.advantage.write,
+            strategy_nodes=position.strategy_nodes + choice.strategy.write,
+        )
         stats = lanes.stats
+        overflow = choice.advantage.overflow | choice.strategy.overflow
         stats = stats._replace(
             nodes=stats.nodes + jnp.sum(deciding),
-            policy_calls=stats.policy_calls + forwards * jnp.sum(deciding),
-            forward_batches=stats.forward_batches + forwards * jnp.any(deciding),
+            policy_calls=stats.policy_calls + node.forwards * jnp.sum(deciding),
+            forward_batches=stats.forward_batches + node.forwards * jnp.any(deciding),
             dropped_samples=stats.dropped_samples + jnp.sum(overflow),
         )
-        lanes = lanes._replace(
-            game=game,
-            draws=draws,
-            advantage_nodes=lanes.advantage_nodes + write_adv,
-            strategy_nodes=lanes.strategy_nodes + write_strat,
-            samples=samples,
-            path_action=path_action,
-            path_prob=path_prob,
-            path_baseline=path_baseline,
-            frame_game=frame_game,
-            frame_policy=frame_policy,
-            frame_mask=frame_mask,
-            frame_values=frame_values,
-            frame_action=frame_action,
-            frame_slot=frame_slot,
-            frame_draws=frame_draws,
-            frame_follow=frame_follow,
-            frame_on=frame_on,
-            on_trajectory=on_trajectory,
-            top=top,
-            stats=stats,
-        )
-        return self.arrive(lanes, deciding)
+        return lanes._replace(position=position, stats=stats)
 
     def arrive(self, lanes: _Lanes, moved) -> _Lanes:
         """Handles lanes whose move reached a terminal or cut-off position."""
-        game = lanes.game
+        game = lanes.position.game
         cut = jnp.zeros_like(moved)
-        if self.o.cutoff_turns > 0:
-            cut = ~game.terminal & (game.turn >= self.o.cutoff_turns)
+        if self.options.cutoff_turns > 0:
+            cut = ~game.terminal & (game.turn >= self.options.cutoff_turns)
         ended = moved & (game.terminal | cut)
-        stats = lanes.stats._replace(
-            terminals=lanes.stats.terminals + jnp.sum(ended & game.terminal & ~game.truncated),
-            truncations=lanes.stats.truncations + jnp.sum(ended & game.truncated),
-            cutoffs=lanes.stats.cutoffs + jnp.sum(ended & cut),
-            endpoint_depth_sum=lanes.stats.endpoint_depth_sum
-            + jnp.sum(jnp.where(ended, 2 * game.turn + game.phase, 0)),
+        stats = lanes.stats
+        stats = stats._replace(
+            terminals=stats.terminals + jnp.sum(ended & game.terminal & ~game.truncated),
+            truncations=stats.truncations + jnp.sum(ended & game.truncated),
+            cutoffs=stats.cutoffs + jnp.sum(ended & cut),
+            endpoint_depth_sum=stats.endpoint_depth_sum
+            + jnp.sum(jnp.where(ended, engine.decision_index(game), 0)),
         )
         lanes = lanes._replace(stats=stats)
-        value = _utility(self.rules, game, self.traverser, self.o.utility_scale)
-        if self.o.cutoff_value_mode == "rollouts":
+        value = _utility(self.rules, game, self.traverser, self.options.utility_scale)
+        if self.options.cutoff_value_mode == "rollouts":
             to_roll = ended & cut
+            rollouts = lanes.rollouts
             lanes = lanes._replace(
-                mode=jnp.where(to_roll, ROLLOUT, lanes.mode),
-                rollout_base=engine.tree_where(to_roll, game, lanes.rollout_base),
-                rollout_done=jnp.where(to_roll, 0, lanes.rollout_done),
-                rollout_sum=jnp.where(to_roll, 0.0, lanes.rollout_sum),
+                position=lanes.position._replace(
+                    mode=jnp.where(to_roll, ROLLOUT, lanes.position.mode)
+                ),
+                rollouts=_Rollouts(
+                    base=engine.tree_where(to_roll, game, rollouts.base),
+                    done=jnp.where(to_roll, 0, rollouts.done),
+                    total=jnp.where(to_roll, 0.0, rollouts.total),
+                ),
             )
             ended = ended & ~cut
         return self.path_value(lanes, ended, value)
 
     def path_value(self, lanes: _Lanes, ended, value) -> _Lanes:
         """A path ended with `value`: finish the traversal or hand the value up."""
+        position = lanes.position
         if self.outcome:
-            utility = _write_rows(lanes.utility, lanes.traversal, value, ended)
+            utility = _write_rows(lanes.path.utility, position.traversal, value, ended)
             return lanes._replace(
-                utility=utility,
-                mode=jnp.where(ended, IDLE, lanes.mode),
-                traversal=jnp.where(ended, -1, lanes.traversal),
+                path=lanes.path._replace(utility=utility),
+                position=position._replace(
+                    mode=jnp.where(ended, IDLE, position.mode),
+                    traversal=jnp.where(ended, -1, position.traversal),
+                ),
             )
         return lanes._replace(
-            mode=jnp.where(ended, RETURN, lanes.mode),
-            value=jnp.where(ended, value, lanes.value),
+            position=position._replace(
+                mode=jnp.where(ended, RETURN, position.mode),
+                value=jnp.where(ended, value, position.value),
+            )
         )
 
-    def give_back(self, lanes: _Lanes) -> _Lanes:
-        """External sampling: one RETURN move per lane (record, next child, or pop)."""
-        r = self.rules
-        returning = lanes.mode == RETURN
-        done = returning & (lanes.top == 0)
-        has_frame = returning & (lanes.top > 0)
-        index = jnp.maximum(lanes.top - 1, 0)
-        policy = _tree_index(lanes.frame_policy, index)
-        mask = _tree_index(lanes.frame_mask, index)
-        values = _tree_index(lanes.frame_values, index)
-        action = _tree_index(lanes.frame_action, index)
-        values = jnp.where(
-            jnp.arange(r.num_actions) == action[:, None], lanes.value[:, None], values
-        )
-        later = mask & (jnp.arange(r.num_actions) > action[:, None])
+    def backward(self, lanes: _Lanes) -> _Lanes:
+        """External sampling: one RETURN move per lane. The returned value enters the top
+        frame; then the frame's next child is explored, or the frame is popped with its
+        regrets as the advantage target and its value returned; a lane without frames
+        ends its traversal."""
+        position, frames = lanes.position, lanes.frames
+        returning = position.mode == RETURN
+        done = returning & (frames.top == 0)
+        has_frame = returning & (frames.top > 0)
+        index = jnp.maximum(frames.top - 1, 0)
+        frame = _tree_index(frames._replace(top=None), index)
+        actions = jnp.arange(self.rules.num_actions)
+        values = jnp.where(actions == frame.action[:, None], position.value[:, None], frame.values)
+        later = frame.mask & (actions > frame.action[:, None])
         has_next = jnp.any(later, axis=1)
         next_action = jnp.argmax(later, axis=1).astype(jnp.int32)
-        node_value, regrets = jax.vmap(pol.node_regrets)(policy, values, mask)
+        node_value, regrets = jax.vmap(pol.node_regrets)(frame.policy, values, frame.mask)
         pop = has_frame & ~has_next
         go_on = has_frame & has_next
-        slot = _tree_index(lanes.frame_slot, index)
-        samples = lanes.samples._replace(
-            advantage_target=_write_rows(lanes.samples.advantage_target, slot, regrets, pop)
-        )
-        node_game = _tree_index(lanes.frame_game, index)
-        child = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, node_game, next_action)
-        draws, on_trajectory = lanes.draws, lanes.on_trajectory
+        samples = _write_samples(lanes.samples, frame.slot, pop, advantage_target=regrets)
+        child = jax.vmap(engine.step, in_axes=(None, 0, 0))(self.rules, frame.game, next_action)
+        draws, on_trajectory = position.draws, position.on_trajectory
         if self.sampled:  # common random numbers: every child replays the node's stream
-            draws = jnp.where(go_on, _tree_index(lanes.frame_draws, index), draws)
-            follows = _tree_index(lanes.frame_on, index) & (
-                next_action == _tree_index(lanes.frame_follow, index)
-            )
+            draws = jnp.where(go_on, frame.draws, draws)
+            follows = frame.on & (next_action == frame.follow)
             on_trajectory = jnp.where(go_on, follows, on_trajectory)
-        lanes = lanes._replace(
+        position = position._replace(
             draws=draws,
             on_trajectory=on_trajectory,
-            samples=samples,
-            frame_values=_tree_set(lanes.frame_values, index, values, has_frame),
-            frame_action=_tree_set(lanes.frame_action, index, next_action, go_on),
-            top=lanes.top - pop,
-            value=jnp.where(pop, node_value, lanes.value),
-            game=engine.tree_where(go_on, child, lanes.game),
-            mode=jnp.where(go_on, DECIDE, jnp.where(done, IDLE, lanes.mode)),
-            traversal=jnp.where(done, -1, lanes.traversal),
+            value=jnp.where(pop, node_value, position.value),
+            game=engine.tree_where(go_on, child, position.game),
+            mode=jnp.where(go_on, DECIDE, jnp.where(done, IDLE, position.mode)),
+            traversal=jnp.where(done, -1, position.traversal),
         )
+        frames = frames._replace(
+            values=_tree_set(frames.values, index, values, has_frame),
+            action=_tree_set(frames.action, index, next_action, go_on),
+            top=frames.top - pop,
+        )
+        lanes = lanes._replace(position=position, frames=frames, samples=samples)
         return self.arrive(lanes, go_on)
 
     def _bot(self, name: str, lanes: _Lanes):
         """[L] the bot's action in every lane's position (keyed by the draw counter)."""
+        position = lanes.position
         return jax.vmap(bot_action, in_axes=(None, None, 0, None, None, 0, 0))(
             self.rules,
             name,
-            lanes.game,
+            position.game,
             self.seed,
             self.iteration,
-            self.game_index(lanes.traversal),
-            lanes.draws,
+            self.game_index(position.traversal),
+            position.draws,
         )
 
     def play_out(self, lanes: _Lanes) -> _Lanes:
         """One decision of every lane's cut-off playout: both players play the bot."""
-        r = self.rules
-        rolling = lanes.mode == ROLLOUT
-        action = self._bot(self.o.cutoff_rollout_policy, lanes)
-        game = jax.vmap(engine.step, in_axes=(None, 0, 0))(r, lanes.game, action)
-        game = engine.tree_where(rolling, game, lanes.game)
+        options, position, rollouts = self.options, lanes.position, lanes.rollouts
+        rolling = position.mode == ROLLOUT
+        action = self._bot(options.cutoff_rollout_policy, lanes)
+        game = jax.vmap(engine.step, in_axes=(None, 0, 0))(self.rules, position.game, action)
+        game = engine.tree_where(rolling, game, position.game)
         finished = rolling & game.terminal
-        total = lanes.rollout_sum + jnp.where(
-            finished, _utility(r, game, self.traverser, self.o.utility_scale), 0.0
-        )
-        done = lanes.rollout_done + finished
-        complete = finished & (done >= self.o.cutoff_rollouts)
+        utility = _utility(self.rules, game, self.traverser, options.utility_scale)
+        total = rollouts.total + jnp.where(finished, utility, 0.0)
+        done = rollouts.done + finished
+        complete = finished & (done >= options.cutoff_rollouts)
         restart = finished & ~complete
         stats = lanes.stats._replace(
             rollout_decisions=lanes.stats.rollout_decisions + jnp.sum(rolling)
         )
         lanes = lanes._replace(
-            game=engine.tree_where(restart, lanes.rollout_base, game),
-            draws=lanes.draws + rolling,
-            rollout_sum=total,
-            rollout_done=done,
-            mode=jnp.where(complete, DECIDE, lanes.mode),  # path_value sets the next mode
+            position=position._replace(
+                game=engine.tree_where(restart, rollouts.base, game),
+                draws=position.draws + rolling,
+                mode=jnp.where(complete, DECIDE, position.mode),  # path_value sets the next
+            ),
+            rollouts=rollouts._replace(total=total, done=done),
             stats=stats,
         )
-        value = total * jnp.float32(1.0 / self.o.cutoff_rollouts)
+        value = total * jnp.float32(1.0 / options.cutoff_rollouts)
         return self.path_value(lanes, complete, value)
 
     # ----- after the loop --------------------------------------------------------
 
     def finish(self, lanes: _Lanes) -> tuple[Samples, TraversalStats]:
-        samples = lanes.samples
-        if self.outcome:
-            T, D = self.o.traversals_per_player, self.adv_slots
-            policy = samples.advantage_target.reshape(T, D, -1)
-            mask = samples.advantage_mask.reshape(T, D, -1)
-            action = lanes.path_action.reshape(T, D)
-            prob = lanes.path_prob.reshape(T, D)
-            count = jnp.sum(samples.advantage_valid.reshape(T, D), axis=1)
-            if self.value:
-                return self._finish_with_values(lanes, policy, mask, action, prob, count)
-            chosen = jnp.take_along_axis(policy, action[..., None], axis=2)[..., 0]
-            ratios = jnp.where(samples.advantage_valid.reshape(T, D), chosen / prob, 1.0)
-            after = jax.vmap(pol.weights_after)(ratios, count)
-            targets = functools.partial(
-                pol.outcome_targets,
-                value_clip=self.o.outcome_sampling_value_clip,
-                unsampled_regret=self.o.outcome_unsampled_regret,
-            )
-            utility = jnp.broadcast_to(lanes.utility[:, None], (T, D))
-            target = jax.vmap(jax.vmap(targets))(policy, mask, action, prob, after, utility)
-            valid = samples.advantage_valid.reshape(T, D)
-            target = jnp.where(valid[..., None], target, 0.0)
-            samples = samples._replace(advantage_target=target.reshape(T * D, -1))
-            if self.o.outcome_sampling_value_clip > 0:
-                clipped = valid & (
-                    jnp.abs(pol.sampled_value(after, utility, prob))
-                    > self.o.outcome_sampling_value_clip
-                )
-                stats = lanes.stats._replace(clipped_values=jnp.sum(clipped, dtype=jnp.int32))
-                return samples, stats
-        return samples, lanes.stats
+        if not self.outcome:
+            return lanes.samples, lanes.stats
+        if self.reads_values:
+            return self._finish_with_values(lanes)
+        return self._finish_importance(lanes)
 
-    def _finish_with_values(self, lanes, policy, mask, action, prob, count):
+    def _outcome_slots(self, lanes: _Lanes):
+        """(sigma [T, S/T, A], mask, sampled action [T, S/T], its probability, valid
+        slots, their count [T]) of the paths, by traversal."""
+        T, D = self.options.traversals_per_player, self.adv_slots
+        samples = lanes.samples
+        valid = samples.advantage_valid.reshape(T, D)
+        return (
+            samples.advantage_target.reshape(T, D, -1),
+            samples.advantage_mask.reshape(T, D, -1),
+            lanes.path.action.reshape(T, D),
+            lanes.path.prob.reshape(T, D),
+            valid,
+            jnp.sum(valid, axis=1),
+        )
+
+    def _finish_importance(self, lanes: _Lanes) -> tuple[Samples, TraversalStats]:
+        """Outcome sampling's importance-weighted regret targets (Lanctot et al. 2009)."""
+        options = self.options
+        T, D = options.traversals_per_player, self.adv_slots
+        policy, mask, action, prob, valid, count = self._outcome_slots(lanes)
+        chosen = jnp.take_along_axis(policy, action[..., None], axis=2)[..., 0]
+        ratios = jnp.where(valid, chosen / prob, 1.0)
+        after = jax.vmap(pol.weights_after)(ratios, count)
+        targets = functools.partial(
+            pol.outcome_targets,
+            value_clip=options.outcome_sampling_value_clip,
+            unsampled_regret=options.outcome_unsampled_regret,
+        )
+        utility = jnp.broadcast_to(lanes.path.utility[:, None], (T, D))
+        target = jax.vmap(jax.vmap(targets))(policy, mask, action, prob, after, utility)
+        target = jnp.where(valid[..., None], target, 0.0)
+        samples = lanes.samples._replace(advantage_target=target.reshape(T * D, -1))
+        if options.outcome_sampling_value_clip <= 0:
+            return samples, lanes.stats
+        clip = options.outcome_sampling_value_clip
+        clipped = valid & (jnp.abs(pol.sampled_value(after, utility, prob)) > clip)
+        return samples, lanes.stats._replace(clipped_values=jnp.sum(clipped, dtype=jnp.int32))
+
+    def _finish_with_values(self, lanes: _Lanes) -> tuple[Samples, TraversalStats]:
         """Outcome targets of the estimators that read the value network."""
-        T, D = self.o.traversals_per_player, self.adv_slots
+        options = self.options
+        T, D = options.traversals_per_player, self.adv_slots
+        policy, mask, action, prob, _, count = self._outcome_slots(lanes)
         targets = functools.partial(
             pol.baseline_path_targets,
-            estimator=self.o.outcome_estimator,
-            value_clip=self.o.outcome_sampling_value_clip,
-            value_lambda=self.o.value_lambda,
+            estimator=options.outcome_estimator,
+            value_clip=options.outcome_sampling_value_clip,
+            value_lambda=options.value_lambda,
         )
-        baseline = lanes.path_baseline.reshape(T, D, -1)
+        baseline = lanes.path.baseline.reshape(T, D, -1)
         regrets, value_targets = jax.vmap(targets)(
-            policy, mask, action, prob, baseline, count, lanes.utility
+            policy, mask, action, prob, baseline, count, lanes.path.utility
         )
         samples = lanes.samples
-        value_mask = samples.value_mask
         samples = samples._replace(
             advantage_target=regrets.reshape(T * D, -1),
-            value_target=jnp.where(value_mask, value_targets.reshape(T * D, 1), 0.0),
+            value_target=jnp.where(samples.value_mask, value_targets.reshape(T * D, 1), 0.0),
         )
         return samples, lanes.stats
 
