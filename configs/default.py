@@ -84,9 +84,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.traversal.max_depth = 1  # external: traverser decisions expanded in full
     # external: root (the traverser's first max_depth decisions, Brown et al.) | sampled
     # (one on-policy path to a decision drawn uniformly per traversal, expanded there;
-    # every phase of the game gets samples; docs/experiments.md)
+    # every phase of the game gets samples; docs/experiments.md) | path (the path played
+    # once to count the traverser's choices on it, one of them drawn uniformly and
+    # expanded: every decision a game reaches can be expanded, however long it runs)
     config.traversal.expand_at = "sampled"
-    config.traversal.path_epsilon = 0.2  # sampled: uniform mix of the traverser on the path
+    config.traversal.path_epsilon = 0.2  # sampled, path: uniform mix of the traverser on the path
     config.traversal.cutoff_turns = 0  # cut a traversal off after this many turns; 0 = never
     config.traversal.cutoff_value_mode = "score_diff"  # score_diff | rollouts
     config.traversal.cutoff_rollouts = 4  # playouts averaged per cut-off (rollouts mode)

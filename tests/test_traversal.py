@@ -133,11 +133,11 @@ def test_options_are_validated_naming_the_field():
 
 
 def test_sampled_expansions_reach_every_phase_of_the_game():
-    """expand_at='sampled' records real choices all along the game, root expansion only
-    on the first turn (the reason the mode exists)."""
+    """expand_at='sampled' and 'path' record real choices all along the game, root
+    expansion only on the first turn (the reason the modes exist)."""
     nets = networks(seed=9)
     phases = {}
-    for expand_at in ("root", "sampled"):
+    for expand_at in ("root", "sampled", "path"):
         opts = options(
             sampling_mode="external", expand_at=expand_at, max_depth=1, traversals_per_player=64
         )
@@ -153,11 +153,11 @@ def test_sampled_expansions_reach_every_phase_of_the_game():
             phases[expand_at] |= set(
                 anatomy.phase_of_turn(TINY, np.rint(turns).astype(int)).tolist()
             )
-            if expand_at == "sampled":
+            if expand_at != "root":
                 assert np.all(samples.advantage_mask[valid].sum(axis=1) >= 2)
                 assert valid.sum() >= 48  # most traversals reach their drawn decision
     assert phases["root"] == {0}
-    assert phases["sampled"] == set(range(anatomy.PHASES))
+    assert phases["sampled"] == phases["path"] == set(range(anatomy.PHASES))
 
 
 def test_regret_matching_floor_keeps_every_legal_action_positive():

@@ -212,6 +212,21 @@ TRAVERSAL_CASES = {
         ),
         lanes=2,
     ),
+    # ---- external sampling expanded at one of a scouted path's choices (jax only)
+    "external_path_depth1": _C(dict(_EXTERNAL, expand_at="path", max_depth=1), lanes=3),
+    "external_path_bot_cutoff_rollouts_eps": _C(
+        dict(
+            _EXTERNAL,
+            expand_at="path",
+            max_depth=2,
+            path_epsilon=0.3,
+            opponent_policy="safe_heuristic",
+            cutoff_turns=6,
+            cutoff_value_mode="rollouts",
+        ),
+        traverser=0,
+        lanes=2,
+    ),
 }
 del _C
 

@@ -30,7 +30,10 @@ OPPONENT_POLICIES = ("network", "average_strategy", "league") + BOT_NAMES
 CUTOFF_VALUE_MODES = ("score_diff", "rollouts")
 ROLLOUT_POLICIES = BOT_NAMES  # both players play the bot in a cut-off playout
 STRATEGY_SAMPLE_NODES = ("opponent", "traverser", "both")
-EXPANSION_POINTS = ("root", "sampled")  # external: where the expanded subtree hangs
+EXPANSION_POINTS = ("root", "sampled", "path")  # external: where the expanded subtree hangs
+# expand_at="path" draws one of a path's traverser choices (at most max_turns + 1) with
+# rng.below, which takes at most this many outcomes
+MAX_PATH_CHOICES = 256
 
 
 class TraversalOptions(NamedTuple):
@@ -113,12 +116,18 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         raise ValueError("traversal.cutoff_rollouts must be >= 1 in rollouts mode")
     if options.utility_scale <= 0:
         raise ValueError(f"utility_scale must be > 0, got {options.utility_scale}")
+    if options.expand_at == "path" and rules.max_turns + 1 > MAX_PATH_CHOICES:
+        raise ValueError(
+            f"traversal.expand_at='path' draws among at most {MAX_PATH_CHOICES} choices a "
+            f"path: rules.max_turns must be < {MAX_PATH_CHOICES}, got {rules.max_turns}"
+        )
 
 
 def is_sampled_expansion(options: TraversalOptions) -> bool:
-    """External sampling expanded at a sampled decision (`expand_at` means nothing to
-    outcome sampling, which never expands)."""
-    return options.sampling_mode == "external" and options.expand_at == "sampled"
+    """External sampling expanded at a decision drawn per traversal on one on-policy path
+    (`expand_at` 'sampled' or 'path'; it means nothing to outcome sampling, which never
+    expands)."""
+    return options.sampling_mode == "external" and options.expand_at != "root"
 
 
 def uses_value_network(options: TraversalOptions) -> bool:
@@ -211,7 +220,7 @@ def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, i
         expanded += width
         # a sampled expansion may start at a draw decision: bound both orders
         width *= card if depth % 2 == 0 and options.expand_at == "root" else max(card, draw)
-    if options.expand_at == "sampled":
+    if options.expand_at != "root":
         # strategy samples along one on-policy trajectory (at most one player's
         # decisions of a whole game, both players' with `both`)
         per_path = rules.max_turns + 1
@@ -240,6 +249,23 @@ def expansion_start(rules: Rules, seed, iteration, game_index):
     span = 2 * (rules.n_cards - 2 * rules.hand_size)
     bits = rng.random_bits(seed, iteration, game_index, 0, rng.Purpose.EXPLORE)
     return rng.below(bits, min(span, 256)).astype(jnp.int32)
+
+
+def path_choice(seed, iteration, game_index, choices):
+    """expand_at='path': which of a path's `choices` (1 to MAX_PATH_CHOICES) traverser
+    decisions with two or more legal actions is expanded, uniform, drawn with purpose
+    EXPLORE at counter 0 of the traversal's game (the path's own draws are SAMPLE ones and
+    an expanded node's follow draw is one past its counter, so at least 1).
+
+    Given the path, every one of the traverser's choices on it is expanded with
+    probability 1 / choices, however long the game runs: a traversal yields one advantage
+    sample, and a decision gets samples in proportion to how often the played games reach
+    it (weighted by 1 / choices of its game), not by its index. 'sampled' draws an index
+    from the first 2 * (N - 2H) decisions instead, which never reaches the later
+    decisions of games that draw from the discard piles.
+    """
+    bits = rng.random_bits(seed, iteration, game_index, 0, rng.Purpose.EXPLORE)
+    return rng.below(bits, choices)
 
 
 class Backend(Protocol):

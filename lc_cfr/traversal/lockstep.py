@@ -18,13 +18,15 @@ history value network (`outcome_estimator`: the VR-MCCFR baseline or ESCHER-styl
 regrets, `policy.baseline_path_targets`).
 
 Lane modes: IDLE (waiting for a traversal), DECIDE (at a decision that needs a policy),
-RETURN (external sampling: handing a value up to the top stack frame) and ROLLOUT
-(playing out a cut-off position). In outcome sampling all busy lanes start their
-traversals on a round's first step (`_round_starts`) and advance one decision per step,
-so all lanes at a decision share the player to move and one network serves the whole
-batch. A step (`_Traversals.advance`) chains `refill`, `decide` (`look`: the forwards;
-`choose`: the estimator's `_plan_*`; the recorders; `move`), `backward` and `play_out`,
-after the loop body of mctx's `search.py`. With several
+RETURN (external sampling: handing a value up to the top stack frame), ROLLOUT
+(playing out a cut-off position) and SCOUT (`expand_at='path'`: playing the path once
+without recording, to count the traverser's choices on it, before it is played again).
+In outcome sampling all busy lanes start their traversals on a round's first step
+(`_round_starts`) and advance one decision per step, so all lanes at a decision share the
+player to move and one network serves the whole batch. A step (`_Traversals.advance`)
+chains `refill`, `decide` (`look`: the forwards; `choose`: the estimator's `_plan_*`;
+the recorders; `move`), `backward` and `play_out`, after the loop body of mctx's
+`search.py`. With several
 JAX devices (of one process or of several, `jax.distributed`) the quota and the lanes are
 split into equal contiguous blocks, one per device of a `sharding.lanes_mesh`: each
 device runs its block's loop inside `jax.shard_map` and the blocks' samples are gathered
@@ -54,6 +56,7 @@ from lc_cfr.traversal.api import (
     TraversalStats,
     expansion_start,
     is_sampled_expansion,
+    path_choice,
     slots_per_traversal,
     stats_to_metrics,
     uses_value_network,
@@ -62,7 +65,7 @@ from lc_cfr.traversal.api import (
     value_spec,
 )
 
-IDLE, DECIDE, RETURN, ROLLOUT = 0, 1, 2, 3
+IDLE, DECIDE, RETURN, ROLLOUT, SCOUT = 0, 1, 2, 3, 4
 # Statistics the backend also reports per device (`<name>_device<d>`, docs/scaling.md):
 # decisions and forwarded states sum to the single-device run's, loop steps to the run's.
 DEVICE_STATS = ("nodes", "policy_calls", "steps")
@@ -90,7 +93,7 @@ class _Position(NamedTuple):
     """Where each of the L lanes' traversals stands."""
 
     game: engine.State  # fields [L, ...], the lane's current position
-    mode: jax.Array  # [L] int32 IDLE | DECIDE | RETURN | ROLLOUT
+    mode: jax.Array  # [L] int32 IDLE | DECIDE | RETURN | ROLLOUT | SCOUT
     traversal: jax.Array  # [L] int32 traversal of the quota, -1 if none
     draws: jax.Array  # [L] int32 random draws taken by the traversal (counter word)
     advantage_nodes: jax.Array  # [L] int32 advantage slots used by the traversal
@@ -100,6 +103,12 @@ class _Position(NamedTuple):
     on_trajectory: jax.Array  # [L] bool sampled expansion: the position lies on the
     # on-policy trajectory (the path, then the child sigma picks at each expanded node)
     value: jax.Array  # [L] float32 value being returned (RETURN)
+    # expand_at='path' only (None otherwise):
+    deal: engine.State | None  # fields [L, ...] the traversal's first position (SCOUT
+    # plays the path from it once, then the lane restarts there in DECIDE)
+    choices: jax.Array | None  # [L] int32 traverser choices (two or more legal actions)
+    # met on the path so far
+    expand_choice: jax.Array | None  # [L] int32 the choice to expand, -1 if the path has none
 
 
 class _Frames(NamedTuple):
@@ -361,6 +370,7 @@ class _Traversals:
         self.game_base = traverser * total + offset
         self.outcome = options.sampling_mode == "outcome"
         self.sampled = is_sampled_expansion(options)
+        self.scouts = not self.outcome and options.expand_at == "path"
         self.reads_values = uses_value_network(options)
         if self.reads_values:
             self.value_spec = value_spec(rules, spec)
@@ -371,6 +381,9 @@ class _Traversals:
         if self.outcome:
             self.plan = self._plan_outcome
             recorders = [self._record_outcome_path]
+        elif self.scouts:
+            self.plan = self._plan_path
+            recorders = [self._count_choice, self._record_trajectory, self._push_frame]
         elif self.sampled:
             self.plan = self._plan_sampled
             recorders = [self._record_trajectory, self._push_frame]
@@ -415,6 +428,9 @@ class _Traversals:
                 expand_from=ints,
                 on_trajectory=jnp.zeros((L,), jnp.bool_),
                 value=floats,
+                deal=blank if self.scouts else None,
+                choices=ints if self.scouts else None,
+                expand_choice=ints if self.scouts else None,
             ),
             frames=_Frames(
                 game=jax.tree.map(lambda x: jnp.repeat(x[:, None], D, axis=1), blank),
@@ -489,9 +505,14 @@ class _Traversals:
             self.seed, self.iteration, self.game_index(new), 0, rng.Purpose.OPPONENT
         )
         expand_from = expansion_start(self.rules, self.seed, self.iteration, self.game_index(new))
+        if self.scouts:  # the path is scouted first, from the deal it restarts at
+            position = position._replace(
+                deal=engine.tree_where(start, games, position.deal),
+                choices=jnp.where(start, 0, position.choices),
+            )
         position = position._replace(
             game=engine.tree_where(start, games, position.game),
-            mode=jnp.where(start, DECIDE, position.mode),
+            mode=jnp.where(start, SCOUT if self.scouts else DECIDE, position.mode),
             traversal=jnp.where(start, new, position.traversal),
             draws=jnp.where(start, 0, position.draws),
             advantage_nodes=jnp.where(start, 0, position.advantage_nodes),
@@ -607,8 +628,9 @@ class _Traversals:
         if self.reads_values:
             history, baseline, value_forwards = self.history_values(lanes.step, game, mask, played)
             forwards = forwards + value_forwards
+        mode = lanes.position.mode
         return _Node(
-            deciding=lanes.position.mode == DECIDE,
+            deciding=(mode == DECIDE) | (mode == SCOUT),
             is_traverser=is_traverser,
             obs=obs,
             mask=mask,
@@ -690,32 +712,55 @@ class _Traversals:
             in_tree=lanes.position.on_trajectory,
         )
 
+    def _plan_path(self, lanes: _Lanes, node: _Node) -> _Plan:
+        """External sampling expanded at one of the path's choices: as `_plan_sampled`,
+        but the expanded node is the path's choice `expand_choice` (counted by
+        `_count_choice`), drawn once a SCOUT pass of the same path has counted them; a
+        scouting lane records nothing."""
+        position, top = lanes.position, lanes.frames.top
+        deciding = position.mode == DECIDE
+        on_path = top == 0
+        a_choice = jnp.sum(node.mask, axis=1) >= 2
+        drawn = a_choice & (position.choices == position.expand_choice)
+        armed = ~on_path | drawn
+        expand = (
+            node.deciding & deciding & node.is_traverser & (top < self.options.max_depth) & armed
+        )
+        explored = self._explore(node, self.options.path_epsilon)
+        return _Plan(
+            behaviour=jnp.where((node.is_traverser & on_path)[:, None], explored, node.played),
+            expand=expand,
+            advantage=expand,
+            in_tree=position.on_trajectory & deciding,
+        )
+
     # ----- recorders: what a decision leaves behind, per kind -----------------------
+
+    def _count_choice(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        """expand_at='path': a traverser decision with two or more legal actions on the
+        path (scouted or played, not the expanded one) is one more choice."""
+        position = lanes.position
+        a_choice = jnp.sum(node.mask, axis=1) >= 2
+        counts = (
+            node.deciding & (lanes.frames.top == 0) & node.is_traverser & a_choice & ~choice.expand
+        )
+        return lanes._replace(position=position._replace(choices=position.choices + counts))
 
     def _record_advantage(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
         """The information state of an advantage sample; its target comes once the node's
         value is known (`backward`, or `finish` for outcome sampling)."""
-        slots = choice.advantage
-        samples = _write_samples(
-            lanes.samples,
-            slots.slot,
-            slots.write,
-            advantage_info=node.obs,
-            advantage_mask=node.mask,
-            advantage_valid=slots.write,
-        )
-        return lanes._replace(samples=samples)
+        return self._record_state(lanes, node, choice.advantage, "advantage")
 
     def _record_strategy(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
-        slots = choice.strategy
+        return self._record_state(
+            lanes, node, choice.strategy, "strategy", strategy_policy=node.stored
+        )
+
+    def _record_state(self, lanes: _Lanes, node: _Node, slots: _Slots, kind, **columns):
+        """The node's information state and legal actions as a `kind` sample."""
+        columns = {f"{kind}_info": node.obs, f"{kind}_mask": node.mask, **columns}
         samples = _write_samples(
-            lanes.samples,
-            slots.slot,
-            slots.write,
-            strategy_info=node.obs,
-            strategy_mask=node.mask,
-            strategy_policy=node.stored,
-            strategy_valid=slots.write,
+            lanes.samples, slots.slot, slots.write, **columns, **{f"{kind}_valid": slots.write}
         )
         return lanes._replace(samples=samples)
 
@@ -811,6 +856,11 @@ class _Traversals:
         if self.options.cutoff_turns > 0:
             cut = ~game.terminal & (game.turn >= self.options.cutoff_turns)
         ended = moved & (game.terminal | cut)
+        if self.scouts:
+            scouted = ended & (lanes.position.mode == SCOUT)
+            lanes = self.restart_scouted(lanes, scouted)
+            ended = ended & ~scouted
+            game = lanes.position.game
         stats = lanes.stats
         stats = stats._replace(
             terminals=stats.terminals + jnp.sum(ended & game.terminal & ~game.truncated),
@@ -836,6 +886,29 @@ class _Traversals:
             )
             ended = ended & ~cut
         return self.path_value(lanes, ended, value)
+
+    def restart_scouted(self, lanes: _Lanes, scouted) -> _Lanes:
+        """expand_at='path': a scouted path ended (not a path of the tree: no statistics,
+        no playout). The lane draws which of the path's choices to expand and plays the
+        path again from the deal, with the same random numbers."""
+        position = lanes.position
+        choices = position.choices
+        drawn = path_choice(
+            self.seed,
+            self.iteration,
+            self.game_index(position.traversal),
+            jnp.maximum(choices, 1),
+        )
+        position = position._replace(
+            game=engine.tree_where(scouted, position.deal, position.game),
+            mode=jnp.where(scouted, DECIDE, position.mode),
+            draws=jnp.where(scouted, 0, position.draws),
+            choices=jnp.where(scouted, 0, choices),
+            expand_choice=jnp.where(
+                scouted, jnp.where(choices > 0, drawn, -1), position.expand_choice
+            ),
+        )
+        return lanes._replace(position=position)
 
     def path_value(self, lanes: _Lanes, ended, value) -> _Lanes:
         """A path ended with `value`: finish the traversal or hand the value up."""

@@ -28,6 +28,7 @@ from lc_cfr.traversal.api import (
     TraversalOptions,
     expansion_start,
     is_sampled_expansion,
+    path_choice,
     uses_value_network,
     utility_factor,
     validate_options,
@@ -165,15 +166,16 @@ class ReferenceTraversal:
         where = self.o.strategy_samples
         return where == "both" or (where == "traverser") == is_traverser
 
-    def _ended(self, state):
-        """(ended, cut) for a position reached by a move."""
+    def _ended(self, state, count: bool = True):
+        """(ended, cut) for a position reached by a move; `count` adds a path's end to the
+        statistics (a scouting pass is not a path of the traversal's tree)."""
         cut = (
             self.o.cutoff_turns > 0
             and not bool(state.terminal)
             and int(state.turn) >= self.o.cutoff_turns
         )
         ended = bool(state.terminal) or cut
-        if ended:
+        if ended and count:
             self.stats["terminals"] += int(bool(state.terminal) and not bool(state.truncated))
             self.stats["truncations"] += int(bool(state.truncated))
             self.stats["cutoffs"] += int(cut)
@@ -284,7 +286,7 @@ class ReferenceTraversal:
             is_traverser = mover == self.traverser
             in_tree = expanded < self.o.max_depth
             # sampled expansions store strategy samples on the on-policy trajectory only
-            if self.o.expand_at == "sampled":
+            if is_sampled_expansion(self.o):
                 store = self.on_trajectory
             else:
                 store = in_tree
@@ -299,9 +301,39 @@ class ReferenceTraversal:
             if ended:
                 return self._value_at_end(state, cut)
 
+    def _path_choices(self, state) -> int:
+        """expand_at='path': plays the traversal's path to its end without recording
+        anything (same draws as the path itself) and returns which of the traverser's
+        choices on it to expand, uniform over them (-1 if it has none)."""
+        choices = 0
+        while True:
+            mover = int(state.current_player)
+            obs, mask = self._observe(state, mover), self._mask(state)
+            played, _ = self._policies(state, obs, mask)
+            is_traverser = mover == self.traverser
+            self.stats["nodes"] += 1
+            behaviour = played
+            if is_traverser:
+                choices += int(np.sum(np.asarray(mask))) >= 2
+                behaviour = self._explore(played, mask, self.o.path_epsilon)
+            action = self._sample(behaviour, mask, self._draw(rng.Purpose.SAMPLE))
+            state = self._step(state, action)
+            if self._ended(state, count=False)[0]:
+                break
+        self.draws = 0  # the path replays the same draws
+        if choices == 0:
+            return -1
+        return int(path_choice(self.seed, self.iteration, self.game, choices))
+
     def _sampled_path(self, state) -> None:
-        """expand_at='sampled': one on-policy path down to the drawn decision, expanded."""
-        start = int(expansion_start(self.rules, self.seed, self.iteration, self.game))
+        """expand_at='sampled' or 'path': one on-policy path down to the drawn decision
+        (a decision index, or one of the path's choices), expanded."""
+        if self.o.expand_at == "path":
+            start, expanded_choice = 0, self._path_choices(state)
+        else:
+            start = int(expansion_start(self.rules, self.seed, self.iteration, self.game))
+            expanded_choice = None  # the first choice at or past `start`
+        choices = 0  # the traverser's decisions on the path with two or more actions
         self.on_trajectory = True  # strategy samples lie on the on-policy trajectory
         while True:
             mover = int(state.current_player)
@@ -312,9 +344,11 @@ class ReferenceTraversal:
                 self._record_strategy(obs, mask, stored)
             self.stats["nodes"] += 1
             decision = int(engine.decision_index(state))
-            if is_traverser and decision >= start and int(np.sum(np.asarray(mask))) >= 2:
-                self._expand(state, obs, mask, played, 0)
-                return
+            if is_traverser and int(np.sum(np.asarray(mask))) >= 2:
+                if expanded_choice is None and decision >= start or choices == expanded_choice:
+                    self._expand(state, obs, mask, played, 0)
+                    return
+                choices += 1
             behaviour = played
             if is_traverser:
                 behaviour = self._explore(played, mask, self.o.path_epsilon)
@@ -332,7 +366,7 @@ class ReferenceTraversal:
         self.advantage.append(record)
         values = jnp.zeros((self.rules.num_actions,), jnp.float32)
         draws = self.draws
-        sampled = self.o.expand_at == "sampled"
+        sampled = is_sampled_expansion(self.o)
         if sampled:  # the child sigma would play continues the on-policy trajectory
             bits = self._bits(self.seed, self.iteration, self.game, draws + 1, rng.Purpose.EXPLORE)
             follow, on_trajectory = int(self._sample(sigma, mask, bits)), self.on_trajectory
