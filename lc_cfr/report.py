@@ -7,9 +7,11 @@ and starts nothing, so it is instant on a run that is still training. Sections: 
 config's highlights and every field that differs from the closest preset of
 `configs/default.py` (with --all-fields, all of them); progress (iterations, wall time,
 the recent seconds per iteration and the time left); the last and the best evaluation
-of every view against every opponent, margin +- its standard error; throughput and
-where an iteration's time goes (mean of the last 10 rows); health counters; and the
-checkpoints on disk. --json writes the same figures.
+of every view against every opponent, margin +- its standard error, with the game's
+length and truncation rate; the game the traversals play (path lengths, truncation share,
+the turns of the advantage and strategy samples); throughput and where an iteration's
+time goes (means of the last 10 rows); health counters; and the checkpoints on disk.
+--json writes the same figures.
 """
 
 from __future__ import annotations
@@ -66,7 +68,15 @@ PHASES = (
     "checkpoint_seconds",
     "checkpoint_wait_seconds",
 )
-RECENT = 10  # rows averaged for speed and phases
+RECENT = 10  # rows averaged for speed, phases and the game played
+# The game the traversals play: metric -> what the report calls it (means of RECENT rows).
+PLAYED = {
+    "traversal/mean_endpoint_depth": "decisions a path",
+    "traversal/truncated_share": "paths truncated",
+    "targets/turn_p50": "advantage samples' median turn",
+    "targets/turn_p90": "their 90th percentile",
+    "strategy_samples/turn_p50": "strategy samples' median turn",
+}
 
 
 def flatten(config, prefix: str = "") -> dict[str, Any]:
@@ -112,6 +122,8 @@ def evaluations(rows: list[dict]) -> dict[str, dict]:
                 "stderr": row.get(base + "margin_stderr", math.nan),
                 "win_rate": row.get(base + "win_rate", math.nan),
                 "games": row.get(base + "games"),
+                "length": row.get(base + "length_mean", math.nan),
+                "truncation": row.get(base + "truncation_rate", math.nan),
             }
             record = found.setdefault(pair, {"last": entry, "best": entry})
             record["last"] = entry
@@ -198,6 +210,7 @@ def build_report(
         },
         "evaluations": evaluations(rows),
         "phases": {key: mean(key) for key in PHASES if mean(key) is not None},
+        "played": {key: mean(key) for key in PLAYED if mean(key) is not None},
         "nodes_per_second": mean("traversal/nodes_per_second"),
         "health": {
             key: sum(row.get(key, 0) for row in rows)
@@ -233,19 +246,33 @@ def render(report: dict, *, all_fields: bool = False) -> str:
     )
     evaluations = report["evaluations"]
     if evaluations:
-        lines.append(f"{'evaluation (view/opponent)':<40} {'last':>24} {'best':>24}")
+        lines.append(
+            f"{'evaluation (view/opponent)':<40} {'last':>24} {'best':>24} "
+            f"{'decisions':>9} {'truncated':>9}"
+        )
         for pair, record in sorted(evaluations.items()):
             cells = []
             for which in ("last", "best"):
                 e = record[which]
                 cells.append(f"{e['margin']:+7.2f} +- {e['stderr']:4.2f} @{e['iteration']}")
-            lines.append(f"  {pair:<38} {cells[0]:>24} {cells[1]:>24}")
+            last = record["last"]
+            lines.append(
+                f"  {pair:<38} {cells[0]:>24} {cells[1]:>24} "
+                f"{last['length']:9.1f} {last['truncation']:9.1%}"
+            )
     else:
         lines.append("evaluation: none yet")
     phases = report["phases"]
     if phases:
         split = ", ".join(f"{k.removesuffix('_seconds')} {v:.1f}" for k, v in phases.items())
         lines.append(f"seconds per iteration (mean of the last {RECENT}): {split}")
+    played = report.get("played")
+    if played:
+        split = ", ".join(
+            f"{PLAYED[k]} {v:.1%}" if k.endswith("_share") else f"{PLAYED[k]} {v:.1f}"
+            for k, v in played.items()
+        )
+        lines.append(f"the game traversals play (mean of the last {RECENT}): {split}")
     if report["nodes_per_second"]:
         lines.append(f"traversal: {report['nodes_per_second']:,.0f} nodes/s")
     health = report["health"]

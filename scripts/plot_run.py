@@ -1,14 +1,17 @@
 """Learning curves of one or more runs as a PNG (and optionally the numbers as JSON).
 
-Four panels, one line per run (runs are overlaid for comparison):
+Five panels, one line per run (runs are overlaid for comparison):
   1. evaluation margins per opponent and policy view, with +- one standard error bars;
   2. losses (advantage networks after training, strategy network);
   3. phase timings per iteration (traversal, advantage and strategy training, evaluation);
-  4. target anatomy: share of exactly-zero advantage targets, overall and per game phase.
+  4. target anatomy: share of exactly-zero advantage targets, overall and per game phase,
+     and the share of traversal paths truncated at max_turns;
+  5. the game played: the turns traversal paths last (mean), the turns the advantage
+     samples lie at (median, 90th percentile) and the strategy samples' median turn.
 
     .venv/bin/python scripts/plot_run.py RUN_DIR [RUN_DIR ...] [--out curves.png]
         [--opponents safe_heuristic,passive_discard] [--views current] [--json curves.json]
-        [--panels margins,losses,timings,anatomy]
+        [--panels margins,losses,timings,anatomy,game]
 
 With many runs overlaid, `--panels margins` draws the evaluation margins alone, large
 enough for the legend.
@@ -61,7 +64,15 @@ def eval_series(rows: list[dict], opponents=None, views=None) -> dict:
 
 
 VIEW_STYLES = {"current": "-", "average_strategy": "--", "sd_cfr": ":"}
-PANELS = ("margins", "losses", "timings", "anatomy")
+PANELS = ("margins", "losses", "timings", "anatomy", "game")
+# the game panel's lines: metric -> label (paths' decisions are halved into turns)
+GAME_TURNS = {
+    "traversal/mean_endpoint_depth": "path turns (mean)",
+    "targets/turn_p50": "advantage sample turn (median)",
+    "targets/turn_p90": "advantage sample turn (p90)",
+    "strategy_samples/turn_p50": "strategy sample turn (median)",
+}
+DECISIONS_PER_TURN = 2
 
 
 def scalar_series(rows: list[dict], key: str) -> list[tuple[int, float]]:
@@ -75,8 +86,9 @@ def plot(
     unknown = sorted(set(panels) - set(PANELS))
     if unknown or not panels:
         raise ValueError(f"panels {unknown or panels} unknown; choose from {list(PANELS)}")
-    rows_cols = (1, 1) if len(panels) == 1 else (1, 2) if len(panels) == 2 else (2, 2)
-    size = (10, 6) if len(panels) == 1 else (14, 4.5 * rows_cols[0])
+    count = len(panels)
+    rows_cols = (1, 1) if count == 1 else (1, 2) if count == 2 else (2, 2) if count <= 4 else (2, 3)
+    size = (10, 6) if count == 1 else (7 * rows_cols[1], 4.5 * rows_cols[0])
     fig, grid = plt.subplots(*rows_cols, figsize=size, squeeze=False)
     axes = grid.flat[: len(panels)]
     for spare in grid.flat[len(panels) :]:
@@ -85,7 +97,7 @@ def plot(
     spares = {name: plt.figure().add_subplot() for name in PANELS if name not in panels}
     chosen = dict(zip(panels, axes, strict=True)) | spares
     ax_eval, ax_loss = chosen["margins"], chosen["losses"]
-    ax_time, ax_zero = chosen["timings"], chosen["anatomy"]
+    ax_time, ax_zero, ax_game = chosen["timings"], chosen["anatomy"], chosen["game"]
     styles = ["-", "--", ":", "-."]
     numbers = {}
     for index, run in enumerate(runs):
@@ -115,6 +127,15 @@ def plot(
             points = scalar_series(rows, key)
             if points:
                 ax_zero.plot(*zip(*points, strict=True), style, label=f"{label}: {key[8:]}")
+        points = scalar_series(rows, "traversal/truncated_share")
+        if points:
+            ax_zero.plot(*zip(*points, strict=True), style, label=f"{label}: truncated paths")
+        for key, name in GAME_TURNS.items():
+            points = scalar_series(rows, key)
+            if key == "traversal/mean_endpoint_depth":
+                points = [(i, v / DECISIONS_PER_TURN) for i, v in points]
+            if points:
+                ax_game.plot(*zip(*points, strict=True), style, label=f"{label}: {name}")
         numbers[str(run)] = {
             "evaluations": {f"{v}/{o}": p for (v, o), p in evals.items()},
             "iterations": len(rows),
@@ -123,7 +144,12 @@ def plot(
     ax_eval.set(title="evaluation margin (points, +- stderr)", xlabel="iteration")
     ax_loss.set(title="losses", xlabel="iteration", yscale="log")
     ax_time.set(title="seconds per iteration", xlabel="iteration")
-    ax_zero.set(title="share of exactly-zero advantage targets", xlabel="iteration", ylim=(0, 1))
+    ax_zero.set(
+        title="shares: exactly-zero advantage targets, truncated paths",
+        xlabel="iteration",
+        ylim=(0, 1),
+    )
+    ax_game.set(title="the game played (turns)", xlabel="iteration")
     for ax in axes:
         if ax.has_data():
             ax.legend(fontsize=7)

@@ -45,7 +45,13 @@ def test_report_reads_config_progress_evaluations_and_checkpoints(run):
     assert pair["best"]["margin"] == max(margins)
     assert figures["checkpoints"]["steps"] == [2]  # smoke keeps every 2nd and the newest
     assert figures["phases"]["traversal_seconds"] > 0
+    assert pair["last"]["length"] == rows[-1]["eval/current/random/length_mean"] > 0
+    played = figures["played"]
+    assert set(played) == set(report.PLAYED)
+    assert 0 <= played["traversal/truncated_share"] <= 1
+    assert played["targets/turn_p50"] <= played["targets/turn_p90"]
     text = report.render(figures)
+    assert "the game traversals play" in text
     assert "changed from configs/default.py:smoke (4)" in text
     assert "current/random" in text and "2/2 iterations" in text
 

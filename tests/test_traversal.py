@@ -64,11 +64,14 @@ def test_lockstep_equals_reference(case):
         assert want[kind], f"no {kind} samples: the case tests nothing"
         assert sorted(got[kind]) == sorted(want[kind]), f"{kind}: other (traversal, node)s"
     chex.assert_trees_all_equal({kind: got[kind] for kind in kinds}, want, custom_message=case)
+    path_ends = dict(zip(api.PATH_END_NAMES, stats.path_ends.tolist(), strict=True))
     chex.assert_trees_all_equal(
-        {name: int(getattr(stats, name)) for name in STAT_NAMES},
-        {name: result.stats[ref_name] for name, ref_name in STAT_NAMES.items()},
+        {name: int(getattr(stats, name)) for name in STAT_NAMES} | path_ends,
+        {name: result.stats[ref_name] for name, ref_name in STAT_NAMES.items()}
+        | {name: result.stats[name] for name in api.PATH_END_NAMES},
         custom_message=f"{case} statistics",
     )
+    assert sum(path_ends.values()) == int(stats.terminals + stats.truncations + stats.cutoffs)
     if opts.cutoff_turns > 0:
         assert int(stats.cutoffs) > 0
     one_network = opts.opponent_policy not in ("league", "average_strategy")
@@ -134,30 +137,36 @@ def test_options_are_validated_naming_the_field():
 
 def test_sampled_expansions_reach_every_phase_of_the_game():
     """expand_at='sampled' and 'path' record real choices all along the game, root
-    expansion only on the first turn (the reason the modes exist)."""
+    expansion only on the first turn (the reason the modes exist); only 'path' reaches
+    the turns past those of a game without pile draws."""
     nets = networks(seed=9)
-    phases = {}
+    turns = {}
     for expand_at in ("root", "sampled", "path"):
         opts = options(
             sampling_mode="external", expand_at=expand_at, max_depth=1, traversals_per_player=64
         )
-        phases[expand_at] = set()
-        for traverser in (0, 1):  # TINY's 6 turns: each player moves in 3 of the 4 phases
+        turns[expand_at] = set()
+        for traverser in (0, 1):
             samples, _ = jax.device_get(
                 lockstep.run_traversals(
                     TINY, SPEC, opts, nets, lanes=16, seed=4, iteration=2, traverser=traverser
                 )
             )
             valid = samples.advantage_valid
-            turns = samples.advantage_info[valid, anatomy.turn_column(TINY)] / TINY.turn_scale
-            phases[expand_at] |= set(
-                anatomy.phase_of_turn(TINY, np.rint(turns).astype(int)).tolist()
-            )
+            info = samples.advantage_info[valid, anatomy.turn_column(TINY)]
+            turns[expand_at] |= set(anatomy.sample_turns(TINY, info).tolist())
             if expand_at != "root":
                 assert np.all(samples.advantage_mask[valid].sum(axis=1) >= 2)
                 assert valid.sum() >= 48  # most traversals reach their drawn decision
-    assert phases["root"] == {0}
-    assert phases["sampled"] == phases["path"] == set(range(anatomy.PHASES))
+    game_turns = TINY.n_cards - 2 * TINY.hand_size  # 6: 'sampled' draws from these
+    assert turns["root"] == {0, 1}
+    assert turns["sampled"] >= set(range(game_turns))
+    assert turns["path"] >= set(range(game_turns)) and max(turns["path"]) >= game_turns + 2
+    assert max(turns["path"]) > max(turns["sampled"])
+    phases = {
+        k: set(anatomy.phase_of_turn(TINY, np.array(sorted(v))).tolist()) for k, v in turns.items()
+    }
+    assert phases["path"] == set(range(anatomy.PHASES))
 
 
 def test_regret_matching_floor_keeps_every_legal_action_positive():

@@ -127,7 +127,11 @@ def traverse(
     column = anatomy.turn_column(rules)
     rows = (samples.advantage_info[:, column], samples.advantage_mask)
     rows += (samples.advantage_target, samples.advantage_valid)
-    for name, value in anatomy.target_anatomy(rules, *jax.device_get(rows)).items():
+    rows += (samples.strategy_info[:, column], samples.strategy_valid)
+    *advantage_rows, strategy_turns, strategy_valid = jax.device_get(rows)
+    sums = anatomy.target_anatomy(rules, *advantage_rows)
+    sums["strategy_turn_counts"] = anatomy.turn_counts(rules, strategy_turns, strategy_valid)
+    for name, value in sums.items():
         work.targets[name] = work.targets.get(name, 0.0) + value
     return samples
 
@@ -249,5 +253,6 @@ def traversal_columns(work: Work) -> None:
     row.update(anatomy.merge(work.targets))
     paths = max(totals["terminals"] + totals["truncations"] + totals["cutoffs"], 1)
     row["traversal/mean_endpoint_depth"] = totals["endpoint_depth_sum"] / paths
+    row["traversal/truncated_share"] = totals["truncations"] / paths
     seconds = max(row["traversal_seconds"], 1e-9)
     row["traversal/nodes_per_second"] = totals["nodes"] / seconds

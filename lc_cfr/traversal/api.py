@@ -179,6 +179,7 @@ class TraversalStats(NamedTuple):
     truncations: jax.Array  # paths ending at max_turns
     cutoffs: jax.Array  # paths ending at cutoff_turns
     endpoint_depth_sum: jax.Array  # decisions from the deal to each path's end
+    path_ends: jax.Array  # [PATH_END_BINS] int32 paths by the turn they end at (`path_end_bin`)
     rollout_decisions: jax.Array  # decisions inside cut-off playouts
     clipped_values: jax.Array  # outcome: advantage samples whose |W u / q| > value_clip
     steps: jax.Array  # lockstep iterations
@@ -186,6 +187,10 @@ class TraversalStats(NamedTuple):
 
 
 STAT_NAMES = TraversalStats._fields
+# The game-length histogram of traversal paths: paths counted by the tenth of max_turns
+# in which they end (natural end, cut-off or truncation), one metric per bin.
+PATH_END_BINS = 10
+PATH_END_NAMES = tuple(f"path_ends_d{k}" for k in range(PATH_END_BINS))
 # The statistics a traversal core counts per decision; the rest are counted by the loop
 # around it (forward_batches, steps) or are checks (dropped_samples). The C core of the
 # torch backends fills these, in this order.
@@ -198,15 +203,25 @@ CORE_STAT_NAMES = (
     "endpoint_depth_sum",
     "rollout_decisions",
     "clipped_values",
+    *PATH_END_NAMES,
 )
-assert set(CORE_STAT_NAMES) <= set(STAT_NAMES)
+
+
+def path_end_bin(rules: Rules, turn):
+    """The `path_ends` bin of a path ending at `turn` (0 to max_turns; a truncated game,
+    at max_turns, in the last bin)."""
+    return jnp.minimum(turn * PATH_END_BINS // rules.max_turns, PATH_END_BINS - 1)
 
 
 def stats_to_metrics(stats: TraversalStats) -> dict:
-    """The per-call totals as plain ints (summable over calls; the trainer derives means)."""
+    """The per-call totals as plain ints (summable over calls; the trainer derives means),
+    `path_ends` as one metric per bin (PATH_END_NAMES)."""
     stats = jax.device_get(stats)._asdict()
     stats.pop("dropped_samples")  # the backend has already checked it is 0
-    return {name: int(value) for name, value in stats.items()}
+    path_ends = stats.pop("path_ends")
+    metrics = {name: int(value) for name, value in stats.items()}
+    metrics.update({name: int(n) for name, n in zip(PATH_END_NAMES, path_ends, strict=True)})
+    return metrics
 
 
 def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, int]:

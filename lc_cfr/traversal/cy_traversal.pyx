@@ -39,7 +39,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from lc_cfr.traversal.api import CORE_STAT_NAMES, slots_per_traversal
+from lc_cfr.traversal.api import CORE_STAT_NAMES, PATH_END_BINS, slots_per_traversal
 
 from lc_cfr.bots.cy_bots cimport LCBotParams, lc_bot_action, lc_bot_params
 from lc_cfr.game.cy_engine cimport (
@@ -61,6 +61,7 @@ from lc_cfr.game.cy_engine cimport (
 cdef enum:
     MAX_DEPTH = 4          # traversal.max_depth is 1..4
     MAX_EVALS = 2          # network rows one decision can ask for
+    END_BINS = 10          # api.PATH_END_BINS (checked when the module loads)
     CTX_IDLE = 0           # no traversal
     CTX_READY = 1          # at a decision whose requests are not posed yet
     CTX_WAITING = 2        # requests posed, waiting for outputs
@@ -74,6 +75,7 @@ cdef enum:
 OPPONENT_KINDS = {"network": OPP_NETWORK, "average_strategy": OPP_AVERAGE, "league": OPP_LEAGUE}
 # the Stats struct below fills these, in this order (one list: lc_cfr.traversal.api)
 STAT_NAMES = CORE_STAT_NAMES
+assert PATH_END_BINS == END_BINS, "cy_traversal's END_BINS is api.PATH_END_BINS"
 
 
 ctypedef struct Frame:
@@ -134,6 +136,7 @@ ctypedef struct Stats:
     int64_t endpoint_depth_sum
     int64_t rollout_decisions
     int64_t clipped_values
+    int64_t path_ends[END_BINS]
 
 
 # ----- per-node arithmetic (policy.py, operation for operation) ---------------------
@@ -397,7 +400,7 @@ cdef class TraversalCore:
         return {name: int(value) for name, value in zip(STAT_NAMES, (
             self.s.nodes, self.s.policy_calls, self.s.terminals, self.s.truncations,
             self.s.cutoffs, self.s.endpoint_depth_sum, self.s.rollout_decisions,
-            self.s.clipped_values))}
+            self.s.clipped_values, *[self.s.path_ends[k] for k in range(END_BINS)]))}
 
     # ----- context life cycle ------------------------------------------------------
 
@@ -568,6 +571,8 @@ cdef class TraversalCore:
         self.s.truncations += g.truncated != 0
         self.s.cutoffs += cut[0]
         self.s.endpoint_depth_sum += 2 * g.turn + g.phase
+        # api.path_end_bin
+        self.s.path_ends[min(g.turn * END_BINS // self.r.max_turns, END_BINS - 1)] += 1
         return 1
 
     cdef float _utility(self, const LCState* g) noexcept nogil:

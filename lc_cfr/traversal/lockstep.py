@@ -50,6 +50,7 @@ from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
 from lc_cfr.traversal import sharding
 from lc_cfr.traversal.api import (
+    PATH_END_BINS,
     Networks,
     Samples,
     TraversalOptions,
@@ -57,6 +58,7 @@ from lc_cfr.traversal.api import (
     expansion_start,
     is_sampled_expansion,
     path_choice,
+    path_end_bin,
     slots_per_traversal,
     stats_to_metrics,
     uses_value_network,
@@ -197,6 +199,12 @@ class _Choice(NamedTuple):
     expand: jax.Array  # [L] bool
     advantage: _Slots
     strategy: _Slots
+
+
+def _count_bins(bins, where) -> jax.Array:
+    """[PATH_END_BINS] int32 how many lanes `where` holds in each bin of `bins` [L]."""
+    hits = jax.nn.one_hot(bins, PATH_END_BINS, dtype=jnp.int32) * where[:, None]
+    return jnp.sum(hits, axis=0, dtype=jnp.int32)
 
 
 def _tree_index(tree, index):
@@ -464,7 +472,9 @@ class _Traversals:
             ),
             next_traversal=zero,
             step=zero,
-            stats=TraversalStats(*([zero] * len(TraversalStats._fields))),
+            stats=TraversalStats(**dict.fromkeys(TraversalStats._fields, zero))._replace(
+                path_ends=jnp.zeros((PATH_END_BINS,), jnp.int32)
+            ),
         )
 
     def busy(self, lanes: _Lanes):
@@ -868,6 +878,7 @@ class _Traversals:
             cutoffs=stats.cutoffs + jnp.sum(ended & cut),
             endpoint_depth_sum=stats.endpoint_depth_sum
             + jnp.sum(jnp.where(ended, engine.decision_index(game), 0)),
+            path_ends=stats.path_ends + _count_bins(path_end_bin(self.rules, game.turn), ended),
         )
         lanes = lanes._replace(stats=stats)
         value = _utility(self.rules, game, self.traverser, self.options.utility_scale)

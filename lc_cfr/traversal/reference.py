@@ -24,11 +24,13 @@ from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
 from lc_cfr.traversal.api import (
+    PATH_END_NAMES,
     Networks,
     TraversalOptions,
     expansion_start,
     is_sampled_expansion,
     path_choice,
+    path_end_bin,
     uses_value_network,
     utility_factor,
     validate_options,
@@ -129,6 +131,7 @@ class ReferenceTraversal:
                 "endpoint_depth_sum",
                 "rollouts",
                 "clipped_values",
+                *PATH_END_NAMES,
             ],
             0,
         )
@@ -180,6 +183,7 @@ class ReferenceTraversal:
             self.stats["truncations"] += int(bool(state.truncated))
             self.stats["cutoffs"] += int(cut)
             self.stats["endpoint_depth_sum"] += int(engine.decision_index(state))
+            self.stats[PATH_END_NAMES[int(path_end_bin(self.rules, int(state.turn)))]] += 1
         return ended, cut
 
     def _utility(self, state) -> jax.Array:
