@@ -61,6 +61,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # per player per iteration: each gives one expanded decision (external, sampled)
     config.traversal.traversals_per_player = 2048
     config.traversal.lanes = 512  # jax: traversals in flight at once (lockstep)
+    # jax, external sampling: all_lanes (every lane decides each step, both players'
+    # networks on all of them) | one_mover (half the lanes decide, those of the player to
+    # move in most lanes, with its network only: one forward per decision); same samples
+    config.traversal.lockstep_schedule = "one_mover"
     config.traversal.num_workers = 2  # torch backends: traversal processes; 0 = in-process
     config.traversal.worker_chunk_size = 32  # torch backends: traversals per worker task
     # interleaved: traversals a worker advances together (at most worker_chunk_size)

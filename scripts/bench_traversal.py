@@ -40,7 +40,11 @@ weight sync) and then `--repeats` timed calls. It prints nodes/s, the realised b
 to `jax` and to `recursive` (the median call's nodes/s over the other's, both measured
 in this run, one backend after the other, with the spread over calls paired by index). A name
 may carry `+amp` (run.use_amp) and/or `+compile` (run.torch_compile), e.g.
-`interleaved+amp`, to measure those options against the plain backend.
+`interleaved+amp`, to measure those options against the plain backend; `jax` may carry
+`+one_mover` or `+all_lanes` (traversal.lockstep_schedule, else the config's) and
+`+lanes<N>` (traversal.lanes), e.g. `jax+one_mover+lanes1024`. Each backend's advantage
+samples per second (valid advantage slots of the median call over its seconds) come with
+its nodes/s.
 
 Traversals per call default to max(config traversals_per_player, lanes): lanes beyond the
 quota would never run (the trainer refuses them), so a larger lanes value is benchmarked
@@ -288,29 +292,42 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
     rows = []
     for label in names:
         name, *extras = label.split("+")
-        unknown = set(extras) - {"amp", "compile"}
-        if unknown:
-            raise SystemExit(f"unknown backend option(s) {sorted(unknown)} in {label!r}")
+        schedules = [e for e in extras if e in api.LOCKSTEP_SCHEDULES]
+        lane_counts = [e for e in extras if e.startswith("lanes") and e[5:].isdigit()]
+        unknown = set(extras) - {"amp", "compile", *schedules, *lane_counts}
+        if unknown or len(schedules) > 1 or len(lane_counts) > 1:
+            raise SystemExit(f"unknown or repeated backend option(s) {extras} in {label!r}")
         variant = settings._replace(use_amp="amp" in extras, compile="compile" in extras)
+        schedule = schedules[0] if schedules else str(config.traversal.lockstep_schedule)
         started = time.perf_counter()
         backend = make_backend(
-            name, rules=rules, spec=spec, options=options, lanes=lanes, workers=variant
+            name,
+            rules=rules,
+            spec=spec,
+            options=options,
+            lanes=int(lane_counts[0][5:]) if lane_counts else lanes,
+            workers=variant,
+            schedule=schedule,
         )
         try:
             call = functools.partial(backend.traverse, networks, seed=seed)
             _, warm_seconds, _ = timed(functools.partial(call, iteration=1, traverser=0))
             runs = []
             for i in range(args.repeats):
-                (_, stats), wall, cpu = timed(
+                (samples, stats), wall, cpu = timed(
                     functools.partial(call, iteration=2 + i, traverser=i % 2)
                 )
-                runs.append({**stats, "seconds": wall, "cpu_seconds": cpu})
+                kept = int(jnp.sum(samples.advantage_valid))
+                runs.append(
+                    {**stats, "seconds": wall, "cpu_seconds": cpu, "advantage_samples": kept}
+                )
         finally:
             backend.close()
         total = functools.partial(_total, runs)
         seconds = total("seconds")
         for run in runs:
             run["nodes_per_second"] = run["nodes"] / run["seconds"]
+            run["advantage_samples_per_second"] = run["advantage_samples"] / run["seconds"]
         row = {
             "backend": label,
             "set_up_and_warm_up_seconds": time.perf_counter() - started - seconds,
@@ -319,6 +336,9 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
             "seconds": seconds,
             # the median call's (the lower median for an even count), as the ratios' parts
             "nodes_per_second": bench_common.median_of(r["nodes_per_second"] for r in runs),
+            "advantage_samples_per_second": bench_common.median_of(
+                r["advantage_samples_per_second"] for r in runs
+            ),
             "nodes_per_second_over_all_calls": total("nodes") / seconds,
             "cpu_per_wall": total("cpu_seconds") / seconds,
             "policy_calls": total("policy_calls"),
@@ -367,6 +387,7 @@ def print_backend_table(rows: list[dict]) -> None:
         ("nodes", 9, lambda r: f"{r['nodes']}"),
         ("seconds", 9, lambda r: f"{r['seconds']:.2f}"),
         ("nodes/s", 10, lambda r: f"{r['nodes_per_second']:,.0f}"),
+        ("samples/s", 10, lambda r: f"{r['advantage_samples_per_second']:,.1f}"),
         ("batch", 8, lambda r: f"{r['realised_batch']:.1f}"),
         ("max", 5, lambda r: f"{r['batch_max'] or '-'}"),
         ("fwd s", 8, lambda r: f"{r['forward_seconds']:.2f}" if r["backend"] != "jax" else "-"),
@@ -376,7 +397,8 @@ def print_backend_table(rows: list[dict]) -> None:
     ]
     print_columns(columns, rows)
     print(
-        "nodes/s: traversal decisions per wall second of the median timed call; batch: network\n"
+        "nodes/s: traversal decisions per wall second of the median timed call; samples/s:\n"
+        "advantage samples per wall second (median call); batch: network\n"
         "rows per forward (server: per server batch); max: largest server batch; fwd s:\n"
         "seconds the workers spent waiting for forwards (summed over workers); cpu/wall:\n"
         "CPU seconds of the trainer's process per wall second (workers not included)."

@@ -25,6 +25,16 @@ _spec = importlib.util.spec_from_file_location("make_runs", FIXTURES / "make_run
 make_runs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_runs)
 TIMING = ("_seconds", "_per_second")
+# Metrics whose meaning changed since the fixtures were written (issue 23): the target
+# anatomy's phases are quarters of max_turns, and the `one_mover` lockstep schedule (the
+# default; the fixtures ran `all_lanes`) takes other steps and forwards for the same samples.
+REDEFINED = (
+    "targets/p",
+    "traversal/steps",
+    "traversal/forward_batches",
+    "traversal/policy_calls",
+    "traversal/realised_batch_size",
+)
 
 
 def _rows(workdir: pathlib.Path) -> list[dict]:
@@ -43,7 +53,12 @@ def test_a_run_saved_before_the_split_resumes_bit_for_bit(tmp_path, name):
     whole = Trainer(config, tmp_path / "whole").run()
     assert resumed.iteration == whole.iteration == 2
     chex.assert_trees_all_equal(whole, resumed)  # the whole state, bit for bit
-    assert _rows(saved) == _rows(tmp_path / "whole")
+    old, today = _rows(saved), _rows(tmp_path / "whole")
+    # the fixture's own row has the metrics of its day: today's code adds some and has
+    # redefined a few (REDEFINED)
+    kept = [key for key in old[0] if not key.startswith(REDEFINED)]
+    assert {key: old[0][key] for key in kept} == {key: today[0][key] for key in kept}
+    assert old[1:] == today[1:]
 
 
 def test_the_resume_refusal_lists_every_resumable_change(tmp_path):

@@ -172,6 +172,7 @@ def test_config_errors_name_the_field(tmp_path):
     cases = [
         ({"traversal.backend": "cuda"}, "traversal.backend must be one of"),
         ({"traversal.lanes": 999}, "traversal.lanes"),
+        ({"traversal.lockstep_schedule": "mover"}, "traversal.lockstep_schedule"),
         ({"traversal.sampling_mode": "full"}, "traversal.sampling_mode"),
         ({"rules.n_colors": 7}, "rules.n_colors"),
         ({"network.activation": "swish"}, "network.activation"),

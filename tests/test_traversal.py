@@ -48,7 +48,15 @@ def test_lockstep_equals_reference(case):
     opts = row.options()
     nets = networks(seed=len(case))
     samples, stats = lockstep.run_traversals(
-        TINY, SPEC, opts, nets, lanes=row.lanes, seed=11, iteration=3, traverser=row.traverser
+        TINY,
+        SPEC,
+        opts,
+        nets,
+        lanes=row.lanes,
+        seed=11,
+        iteration=3,
+        traverser=row.traverser,
+        schedule=row.schedule,
     )
     samples, stats = jax.device_get((samples, stats))
     result = reference.ReferenceTraversal(TINY, SPEC, opts).run(
@@ -75,8 +83,9 @@ def test_lockstep_equals_reference(case):
     if opts.cutoff_turns > 0:
         assert int(stats.cutoffs) > 0
     one_network = opts.opponent_policy not in ("league", "average_strategy")
-    if opts.sampling_mode == "outcome" and one_network and opts.outcome_estimator == "importance":
-        # mover-synchronised lockstep: one forward per step for every busy lane
+    one_mover = opts.sampling_mode == "outcome" or row.schedule == "one_mover"
+    if one_mover and one_network and opts.outcome_estimator == "importance":
+        # mover-synchronised lockstep: one forward per decision
         assert int(stats.policy_calls) == int(stats.nodes)
 
 
@@ -111,6 +120,7 @@ def test_options_are_validated_naming_the_field():
         (dict(outcome_unsampled_regret="half"), "traversal.outcome_unsampled_regret"),
         (dict(cutoff_turns=TINY.max_turns), "traversal.cutoff_turns"),
         (dict(lanes=0), "traversal.lanes"),
+        (dict(schedule="mover"), "traversal.lockstep_schedule"),
         (dict(sampling_mode="external", max_depth=0), "traversal.max_depth"),
         (dict(strategy_samples="all"), "traversal.strategy_samples"),
         (dict(expand_at="leaf"), "traversal.expand_at"),
@@ -122,6 +132,7 @@ def test_options_are_validated_naming_the_field():
     ]
     for overrides, field in bad:
         lanes = overrides.pop("lanes", LANES)
+        schedule = overrides.pop("schedule", "all_lanes")
         with pytest.raises(ValueError, match=field):
             lockstep.run_traversals(
                 TINY,
@@ -132,6 +143,7 @@ def test_options_are_validated_naming_the_field():
                 seed=0,
                 iteration=1,
                 traverser=0,
+                schedule=schedule,
             )
 
 

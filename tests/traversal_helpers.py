@@ -94,6 +94,8 @@ class TraversalCase:
     # only modes the torch backends have, and not every such row: a torch case costs
     # seconds, so rows that only recombine modes of other torch rows stay off
     torch: bool = False
+    # the jax backend's traversal.lockstep_schedule (never changes the samples)
+    schedule: str = "all_lanes"
 
     def options(self, **extra) -> TraversalOptions:
         return options(**{**self.overrides, **extra})
@@ -105,7 +107,7 @@ _EXTERNAL = dict(sampling_mode="external")
 TRAVERSAL_CASES = {
     # ---- outcome sampling
     "outcome_lanes1": _C({}, lanes=1),
-    "outcome_lanes4": _C({}, lanes=4, torch=True),
+    "outcome_lanes4": _C({}, lanes=4, torch=True, schedule="one_mover"),  # inert here
     "outcome_lanes7_traverser0": _C({}, lanes=7, traverser=0),
     "outcome_zero": _C(dict(outcome_unsampled_regret="zero"), traverser=0, torch=True),
     "outcome_no_clip": _C(dict(outcome_sampling_value_clip=0.0), torch=True),
@@ -160,11 +162,12 @@ TRAVERSAL_CASES = {
     ),
     # ---- external sampling
     "external_depth1": _C(dict(_EXTERNAL, max_depth=1), lanes=3, torch=True),
-    "external_depth2": _C(dict(_EXTERNAL, max_depth=2), torch=True),
+    "external_depth2": _C(dict(_EXTERNAL, max_depth=2), torch=True, schedule="one_mover"),
     "external_depth2_avg_both": _C(
         dict(_EXTERNAL, opponent_policy="average_strategy", strategy_samples="both"),
         traverser=0,
         torch=True,
+        schedule="one_mover",
     ),
     "external_league": _C(dict(_EXTERNAL, opponent_policy="league"), torch=True),
     "external_bot": _C(dict(_EXTERNAL, opponent_policy="passive_discard"), torch=True),
@@ -176,6 +179,7 @@ TRAVERSAL_CASES = {
     "external_league_rollouts": _C(
         dict(_EXTERNAL, opponent_policy="league", cutoff_turns=4, cutoff_value_mode="rollouts"),
         lanes=2,
+        schedule="one_mover",
     ),
     "external_bot_opponent_random_rollouts": _C(
         dict(
@@ -199,6 +203,7 @@ TRAVERSAL_CASES = {
         ),
         traverser=0,
         lanes=3,
+        schedule="one_mover",
     ),
     "external_sampled_bot_cutoff_rollouts": _C(
         dict(
@@ -226,6 +231,7 @@ TRAVERSAL_CASES = {
         ),
         traverser=0,
         lanes=2,
+        schedule="one_mover",
     ),
 }
 del _C

@@ -47,6 +47,7 @@ RESUMABLE_CHANGES = {
     "distributed.": "processes and devices never change the samples (docs/scaling.md)",
     # how a backend runs never changes a traversal's samples
     "traversal.lanes": "how many traversals run side by side",
+    "traversal.lockstep_schedule": "which lanes decide in a step",
     "traversal.num_workers": "worker processes",
     "traversal.worker_chunk_size": "traversals a worker task holds",
     "traversal.interleave_width": "games a worker interleaves",
@@ -66,6 +67,7 @@ VALUE_NETWORK_FIELDS = (
 # Fields added after runs were first written, with the value that reproduces what those
 # runs did: a saved config without them means exactly these settings.
 ADDED_FIELDS = {
+    "traversal.lockstep_schedule": "all_lanes",
     "traversal.expand_at": "root",
     "traversal.path_epsilon": 0.0,
     "traversal.outcome_estimator": "importance",

@@ -112,6 +112,7 @@ class Components(NamedTuple):
     options: api.TraversalOptions
     backend: str  # traversal.backend
     lanes: int
+    schedule: str  # traversal.lockstep_schedule
     workers: WorkerSettings
     codec: Any  # how the advantage and strategy memories store rows
     advantage_learner: Any
@@ -149,6 +150,7 @@ def build(config) -> Components:
         options=options,
         backend=config.traversal.backend,
         lanes=lanes_from_config(config),
+        schedule=schedule_from_config(config),
         workers=worker_settings_from_config(config),
         codec=codec,
         advantage_learner=learner_from_config(config, spec, "advantage", codec=codec),
@@ -220,6 +222,16 @@ def options_from_config(config) -> api.TraversalOptions:
         outcome_estimator=t.outcome_estimator,
         value_lambda=float(t.value_lambda),
     )
+
+
+def schedule_from_config(config) -> str:
+    """traversal.lockstep_schedule of the `jax` backend (the torch backends ignore it)."""
+    schedule = config.traversal.lockstep_schedule
+    if schedule not in api.LOCKSTEP_SCHEDULES:
+        raise ValueError(
+            f"traversal.lockstep_schedule must be one of {api.LOCKSTEP_SCHEDULES}, got {schedule!r}"
+        )
+    return schedule
 
 
 def lanes_from_config(config) -> int:

@@ -67,6 +67,7 @@ class Trainer:
             options=self.options,
             lanes=parts.lanes,
             workers=parts.workers,
+            schedule=parts.schedule,
         )
         self._add = steps.growing_add(reservoir.reservoir_add, self.codec)
         self._window_add = None

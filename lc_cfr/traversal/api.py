@@ -34,6 +34,13 @@ EXPANSION_POINTS = ("root", "sampled", "path")  # external: where the expanded s
 # expand_at="path" draws one of a path's traverser choices (at most max_turns + 1) with
 # rng.below, which takes at most this many outcomes
 MAX_PATH_CHOICES = 256
+# traversal.lockstep_schedule, how external sampling's steps forward (outcome sampling's
+# lanes share the mover by construction): `all_lanes` decides in every lane each step,
+# evaluating both players' networks on all of them; `one_mover` decides in at most half
+# the lanes each step, those of the player to move in most of them, with that player's
+# network only. The samples are the same (every traversal owns its random stream and its
+# slots); `one_mover` runs one forward per decision instead of two.
+LOCKSTEP_SCHEDULES = ("all_lanes", "one_mover")
 
 
 class TraversalOptions(NamedTuple):

@@ -50,6 +50,7 @@ from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
 from lc_cfr.traversal import sharding
 from lc_cfr.traversal.api import (
+    LOCKSTEP_SCHEDULES,
     PATH_END_BINS,
     Networks,
     Samples,
@@ -253,9 +254,13 @@ def _utility(rules: Rules, game: engine.State, traverser, scale: float):
     return jnp.where(traverser == 0, returns[:, 0], returns[:, 1]) * utility_factor(scale)
 
 
-def check_lanes(options: TraversalOptions, lanes: int, devices: int) -> None:
-    """Lanes must be positive, and the quota and the lanes must split evenly over the
-    devices they are sharded over."""
+def check_lanes(options: TraversalOptions, lanes: int, devices: int, schedule: str) -> None:
+    """Lanes must be positive, the quota and the lanes must split evenly over the
+    devices they are sharded over, and the schedule must be one of LOCKSTEP_SCHEDULES."""
+    if schedule not in LOCKSTEP_SCHEDULES:
+        raise ValueError(
+            f"traversal.lockstep_schedule must be one of {LOCKSTEP_SCHEDULES}, got {schedule!r}"
+        )
     if lanes < 1:
         raise ValueError(f"traversal.lanes must be >= 1, got {lanes}")
     if options.traversals_per_player % devices or lanes % devices:
@@ -278,9 +283,11 @@ def run_traversals(
     traverser,
     devices: int | None = None,
     per_device: bool = False,
+    schedule: str = "all_lanes",
 ) -> tuple[Samples, TraversalStats] | tuple[Samples, TraversalStats, TraversalStats]:
     """Runs the iteration's `options.traversals_per_player` traversals for `traverser`, `lanes`
-    of them in flight at once (how many never changes the samples).
+    of them in flight at once, stepped by `schedule` (LOCKSTEP_SCHEDULES; neither
+    changes the samples).
 
     Traversal j deals game `traverser * traversals_per_player + j` of (seed, iteration) and takes
     its random draws from random_bits(seed, iteration, that game, draw, purpose).
@@ -294,10 +301,10 @@ def run_traversals(
     """
     validate_options(options, rules)
     devices = sharding.device_count(devices)
-    check_lanes(options, lanes, devices)
+    check_lanes(options, lanes, devices, schedule)
     words = (rng.as_word(seed), rng.as_word(iteration, "iteration"), jnp.int32(traverser))
     if not sharding.sharded(devices):
-        samples, stats = _run(rules, spec, options, lanes, networks, *words, jnp.int32(0))
+        samples, stats = _run(rules, spec, options, lanes, schedule, networks, *words, jnp.int32(0))
         device_stats = jax.tree.map(lambda x: x[None], stats)
     else:
         total = options.traversals_per_player
@@ -309,6 +316,7 @@ def run_traversals(
                 spec,
                 shard,
                 lanes // devices,
+                schedule,
                 total,
                 mesh,
                 *sharding.replicate((networks, *words), mesh),
@@ -321,25 +329,29 @@ def run_traversals(
     return samples, stats
 
 
-def _traverse(rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset):
+def _traverse(
+    rules, spec, options, lanes, schedule, total, networks, seed, iteration, traverser, offset
+):
     loop = _Traversals(
-        rules, spec, options, lanes, networks, seed, iteration, traverser, total, offset
+        rules, spec, options, lanes, schedule, networks, seed, iteration, traverser, total, offset
     )
     lanes = loop.initial()
     lanes = jax.lax.while_loop(loop.busy, loop.advance, lanes)
     return loop.finish(lanes)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _run(rules, spec, options, lanes, networks, seed, iteration, traverser, offset):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _run(rules, spec, options, lanes, schedule, networks, seed, iteration, traverser, offset):
     total = options.traversals_per_player
     return _traverse(
-        rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset
+        rules, spec, options, lanes, schedule, total, networks, seed, iteration, traverser, offset
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
-def _run_sharded(rules, spec, options, lanes, total, mesh, networks, seed, iteration, traverser):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
+def _run_sharded(
+    rules, spec, options, lanes, schedule, total, mesh, networks, seed, iteration, traverser
+):
     """One block of `options.traversals_per_player` traversals per device of `mesh`; the samples
     [S, ...] (device blocks in mesh order are consecutive traversal blocks), the summed
     statistics and every device's own (leaves [D]), replicated on every device."""
@@ -347,7 +359,17 @@ def _run_sharded(rules, spec, options, lanes, total, mesh, networks, seed, itera
     def block(networks, seed, iteration, traverser):
         offset = jax.lax.axis_index(sharding.AXIS) * options.traversals_per_player
         samples, stats = _traverse(
-            rules, spec, options, lanes, total, networks, seed, iteration, traverser, offset
+            rules,
+            spec,
+            options,
+            lanes,
+            schedule,
+            total,
+            networks,
+            seed,
+            iteration,
+            traverser,
+            offset,
         )
         samples = jax.lax.all_gather(samples, sharding.AXIS, tiled=True)
         return samples, jax.lax.psum(stats, sharding.AXIS), sharding.per_device(stats)
@@ -369,7 +391,18 @@ class _Traversals:
     """
 
     def __init__(
-        self, rules, spec, options, lanes, networks, seed, iteration, traverser, total, offset
+        self,
+        rules,
+        spec,
+        options,
+        lanes,
+        schedule,
+        networks,
+        seed,
+        iteration,
+        traverser,
+        total,
+        offset,
     ):
         self.rules, self.spec, self.options, self.lanes = rules, spec, options, lanes
         self.networks, self.seed, self.iteration = networks, seed, iteration
@@ -401,6 +434,10 @@ class _Traversals:
         if self.reads_values:
             recorders.append(self._record_value)
         self.recorders = (self._record_advantage, self._record_strategy, *recorders)
+        self.decide = self.decide_all
+        if not self.outcome and schedule == "one_mover":
+            self.decide = self.decide_one_mover
+            self.batch = -(-lanes // 2)  # the mover with most deciding lanes has this many
 
     # ----- set-up and bookkeeping -------------------------------------------------
 
@@ -568,9 +605,12 @@ class _Traversals:
         )
         return played, current, 1 + jax.tree.leaves(self.networks.league)[0].shape[0]
 
-    def policies(self, lanes: _Lanes, obs, mask, is_traverser):
-        """(played policy, strategy-sample policy, forwards run) for every lane [L, A]."""
+    def policies(self, lanes: _Lanes, obs, mask, is_traverser, mover=None):
+        """(played policy, strategy-sample policy, forwards run) for every lane [L, A];
+        `mover`, if known, is the player to move in every lane at a decision."""
         if self.outcome:
+            mover = _synchronised_mover(lanes.step)
+        if mover is not None:
             # all lanes at a decision share the mover: evaluate only what it needs
 
             def own(_):
@@ -581,7 +621,6 @@ class _Traversals:
                 played, sample, calls = self._opponent_policy(lanes, obs, mask)
                 return played, sample, jnp.int32(calls)
 
-            mover = _synchronised_mover(lanes.step)
             return jax.lax.cond(mover == self.traverser, own, other, None)
         own_policy = self._regret_policy(self.own_params, obs, mask)
         played, sample, calls = self._opponent_policy(lanes, obs, mask)
@@ -618,22 +657,54 @@ class _Traversals:
         stats = lanes.stats._replace(steps=lanes.stats.steps + 1)
         return lanes._replace(step=lanes.step + 1, stats=stats)
 
-    def decide(self, lanes: _Lanes) -> _Lanes:
-        """One decision in every lane at one: look (the forwards), choose (the estimator's
-        plan), record the samples and frames, move."""
-        node = self.look(lanes)
+    def decide_all(self, lanes: _Lanes, mover=None) -> _Lanes:
+        """One decision in every lane at one (all of `mover`'s, when given): look (the
+        forwards), choose (the estimator's plan), record the samples and frames, move."""
+        node = self.look(lanes, mover)
         choice = self.choose(lanes, node)
         for record in self.recorders:
             lanes = record(lanes, node, choice)
         return self.arrive(self.move(lanes, node, choice), node.deciding)
 
-    def look(self, lanes: _Lanes) -> _Node:
+    def decide_one_mover(self, lanes: _Lanes) -> _Lanes:
+        """lockstep_schedule='one_mover': `decide_all` on `batch` lanes gathered from the
+        L, the first ones (in lane order) at a decision of the player who moves in most
+        lanes; the others wait a step. By pigeonhole that player has at least `batch`
+        when every lane decides, so a forward of `batch` rows of one network does the
+        work of two of L rows; lanes that are gathered only to fill the batch do nothing.
+        """
+        position = lanes.position
+        mover_of = position.game.current_player
+        deciding = (position.mode == DECIDE) | (position.mode == SCOUT)
+        mover = (jnp.sum(deciding & (mover_of == 1)) > jnp.sum(deciding & (mover_of == 0))).astype(
+            jnp.int32
+        )
+        eligible = deciding & (mover_of == mover)
+        picked = jnp.argsort(jnp.where(eligible, 0, 1), stable=True)[: self.batch]
+        chosen = eligible[picked]
+        per_lane = (lanes.position, lanes.frames, lanes.rollouts)
+        gathered = jax.tree.map(lambda x: x[picked], per_lane)
+        position, frames, rollouts = gathered
+        position = position._replace(mode=jnp.where(chosen, position.mode, IDLE))
+        sub = lanes._replace(position=position, frames=frames, rollouts=rollouts)
+        sub = self.decide_all(sub, mover)
+
+        def put(x, y):
+            keep = chosen.reshape(chosen.shape + (1,) * (y.ndim - 1))
+            return x.at[picked].set(jnp.where(keep, y, x[picked]))
+
+        position, frames, rollouts = jax.tree.map(
+            put, per_lane, (sub.position, sub.frames, sub.rollouts)
+        )
+        return sub._replace(position=position, frames=frames, rollouts=rollouts)
+
+    def look(self, lanes: _Lanes, mover=None) -> _Node:
+        """Every lane's node; `mover`: the player to move in every lane at a decision."""
         game = lanes.position.game
-        mover = game.current_player
-        is_traverser = mover == self.traverser
-        obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(self.rules, game, mover)
+        is_traverser = game.current_player == self.traverser
+        obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(self.rules, game, game.current_player)
         mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(self.rules, game)
-        played, stored, forwards = self.policies(lanes, obs, mask, is_traverser)
+        played, stored, forwards = self.policies(lanes, obs, mask, is_traverser, mover)
         history = baseline = None
         if self.reads_values:
             history, baseline, value_forwards = self.history_values(lanes.step, game, mask, played)
@@ -1097,10 +1168,19 @@ class JaxBackend:
     """Option C: the lockstep traversal above, `lanes` traversals in flight in all (lanes/D
     on each of the D devices of every process)."""
 
-    def __init__(self, *, rules: Rules, spec: mlp.NetworkSpec, options: TraversalOptions, lanes):
+    def __init__(
+        self,
+        *,
+        rules: Rules,
+        spec: mlp.NetworkSpec,
+        options: TraversalOptions,
+        lanes,
+        schedule: str = "all_lanes",
+    ):
         validate_options(options, rules)
-        check_lanes(options, lanes, sharding.device_count(None))  # checked at start-up
+        check_lanes(options, lanes, sharding.device_count(None), schedule)  # at start-up
         self.rules, self.spec, self.options, self.lanes = rules, spec, options, lanes
+        self.schedule = schedule
 
     def traverse(self, networks, *, seed, iteration, traverser, epsilon=None):
         options = self.options
@@ -1116,6 +1196,7 @@ class JaxBackend:
             iteration=iteration,
             traverser=traverser,
             per_device=True,
+            schedule=self.schedule,
         )
         metrics = stats_to_metrics(stats)
         # every device's share of the work: its decisions, forwarded states and loop steps
