@@ -42,9 +42,12 @@ in this run, one backend after the other, with the spread over calls paired by i
 may carry `+amp` (run.use_amp) and/or `+compile` (run.torch_compile), e.g.
 `interleaved+amp`, to measure those options against the plain backend; `jax` may carry
 `+one_mover` or `+all_lanes` (traversal.lockstep_schedule, else the config's) and
-`+lanes<N>` (traversal.lanes), e.g. `jax+one_mover+lanes1024`. Each backend's advantage
-samples per second (valid advantage slots of the median call over its seconds) come with
-its nodes/s.
+`+lanes<N>` (traversal.lanes), e.g. `jax+one_mover+lanes1024`; any backend may carry
+`+<field>=<value>` for a `TraversalOptions` field, e.g. `jax+one_mover+expand_at=path`, to
+hold two estimators side by side. Each backend's advantage samples per second (valid
+advantage slots of the median call over its seconds) come with its nodes/s, and their
+ratio to the first backend's (`samples_ratio_to_first`: the figure that compares
+estimators, whose trees differ).
 
 Traversals per call default to max(config traversals_per_player, lanes): lanes beyond the
 quota would never run (the trainer refuses them), so a larger lanes value is benchmarked
@@ -294,7 +297,12 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
         name, *extras = label.split("+")
         schedules = [e for e in extras if e in api.LOCKSTEP_SCHEDULES]
         lane_counts = [e for e in extras if e.startswith("lanes") and e[5:].isdigit()]
+        fields = dict(e.split("=", 1) for e in extras if "=" in e)
+        if set(fields) - set(api.TraversalOptions._fields):
+            raise SystemExit(f"{label!r}: not TraversalOptions fields: {sorted(fields)}")
+        chosen = options._replace(**{k: type(getattr(options, k))(v) for k, v in fields.items()})
         unknown = set(extras) - {"amp", "compile", *schedules, *lane_counts}
+        unknown -= {e for e in extras if "=" in e}
         if unknown or len(schedules) > 1 or len(lane_counts) > 1:
             raise SystemExit(f"unknown or repeated backend option(s) {extras} in {label!r}")
         variant = settings._replace(use_amp="amp" in extras, compile="compile" in extras)
@@ -304,7 +312,7 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
             name,
             rules=rules,
             spec=spec,
-            options=options,
+            options=chosen,
             lanes=int(lane_counts[0][5:]) if lane_counts else lanes,
             workers=variant,
             schedule=schedule,
@@ -367,6 +375,15 @@ def bench_backends(config, rules, spec, networks, names, mode, args) -> list[dic
                 )
                 row[f"ratio_to_{base}_record"] = record
                 row[f"ratio_to_{base}"] = record["value"]
+        record = bench_common.ratio(
+            [r["advantage_samples_per_second"] for r in row["runs"]],
+            [r["advantage_samples_per_second"] for r in rows[0]["runs"]],
+            numerator_is=f"{row['backend']} advantage samples/s",
+            denominator_is=f"{rows[0]['backend']} advantage samples/s",
+            rounds_are="call i of each backend; the backends run one after the other",
+        )
+        row["samples_ratio_to_first_record"] = record
+        row["samples_ratio_to_first"] = record["value"]
     return rows
 
 
@@ -393,6 +410,7 @@ def print_backend_table(rows: list[dict]) -> None:
         ("fwd s", 8, lambda r: f"{r['forward_seconds']:.2f}" if r["backend"] != "jax" else "-"),
         ("cpu/wall", 9, lambda r: f"{r['cpu_per_wall']:.2f}"),
         ("vs jax", 8, lambda r: f"{r.get('ratio_to_jax', float('nan')):.4f}"),
+        ("samples vs 1st", 15, lambda r: f"{r['samples_ratio_to_first']:.4f}"),
         ("vs recursive", 13, lambda r: f"{r.get('ratio_to_recursive', float('nan')):.4f}"),
     ]
     print_columns(columns, rows)

@@ -187,7 +187,7 @@ def test_bench_traversal_backends_side_by_side(tmp_path):
     _script(
         "bench_traversal.py",
         "--config=configs/default.py:smoke,classic",
-        "--backends=jax,recursive",
+        "--backends=jax,recursive,jax+outcome_sampling_epsilon=0.3",
         "--workers=0",
         "--lanes=8",
         "--traversals=8",
@@ -206,6 +206,10 @@ def test_bench_traversal_backends_side_by_side(tmp_path):
             )
             assert row[f"ratio_to_{base}"] == record["value"]
             assert record["value"] == row["nodes_per_second"] / rows[base]["nodes_per_second"]
+        samples = lambda r: [run["advantage_samples_per_second"] for run in r["runs"]]  # noqa: E731
+        check_ratio(row["samples_ratio_to_first_record"], samples(row), samples(rows["jax"]))
+    # a TraversalOptions field changes the estimator: other games, the same machinery
+    assert rows["jax+outcome_sampling_epsilon=0.3"]["nodes"] != rows["jax"]["nodes"]
 
 
 def test_bench_checkpoint_times_every_format(tmp_path):
