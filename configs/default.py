@@ -93,6 +93,13 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # expanded: every decision a game reaches can be expanded, however long it runs)
     config.traversal.expand_at = "sampled"
     config.traversal.path_epsilon = 0.2  # sampled, path: uniform mix of the traverser on the path
+    # sampled, path: value the children of an expanded node by the history value network
+    # at the traverser's first decision this many decisions below it (ESCHER-style leaves,
+    # lc_cfr.traversal.api.leaf_point) instead of playing them out; the child sigma picks
+    # and every child of a leaf_check_share of traversals play out to the end and train
+    # the value network (checked ones also compare the two: traversal/leaf_corr_p*); 0 = off
+    config.traversal.leaf_decisions = 0
+    config.traversal.leaf_check_share = 0.1  # traversals played out in full (see above)
     config.traversal.cutoff_turns = 0  # cut a traversal off after this many turns; 0 = never
     config.traversal.cutoff_value_mode = "score_diff"  # score_diff | rollouts
     config.traversal.cutoff_rollouts = 4  # playouts averaged per cut-off (rollouts mode)

@@ -119,15 +119,17 @@ def options_for(config, traversals: int, sampling_mode: str):
     return options_from_config(config)
 
 
-def random_networks(spec: mlp.NetworkSpec, seed: int) -> api.Networks:
-    """Random parameters: advantage (player 0, player 1), strategy, league of 1 copy."""
-    keys = jax.random.split(jax.random.PRNGKey(seed), 3)
-    adv0, adv1, strategy = (mlp.init_params(spec, k) for k in keys)
+def random_networks(spec: mlp.NetworkSpec, seed: int, rules) -> api.Networks:
+    """Random parameters: advantage (player 0, player 1), strategy, league of 1 copy, and
+    the history value network (read by the estimators and leaves that use one)."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), 4)
+    adv0, adv1, strategy = (mlp.init_params(spec, k) for k in keys[:3])
     return api.Networks(
         advantage=(adv0, adv1),
         strategy=strategy,
         league=jax.tree.map(lambda x: x[None], strategy),
         league_count=jnp.int32(1),
+        value=mlp.init_params(api.value_spec(rules, spec), keys[3]),
     )
 
 
@@ -517,7 +519,7 @@ def main() -> None:
         node[last] = type(node[last])(ast.literal_eval(text) if text[:1].isdigit() else text)
     rules = rules_from_config(config)
     spec = spec_from_config(config, rules)
-    networks = random_networks(spec, int(config.seed))
+    networks = random_networks(spec, int(config.seed), rules)
     mode = args.sampling_mode or config.traversal.sampling_mode
     quota = int(config.traversal.traversals_per_player)
     print(

@@ -125,13 +125,27 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
         assert _comparable(a) == _comparable(b)
 
 
-def test_value_network_state_resumes_exactly(tmp_path):
-    """The outcome estimators' value network, optimiser and window memory are checkpointed."""
-    overrides = {
+VALUE_NETWORK_READERS = {
+    "baseline": {
         "traversal.sampling_mode": "outcome",
         "traversal.outcome_estimator": "baseline",
         "traversal.value_lambda": 0.5,
-    }
+    },
+    "leaves": {
+        "traversal.sampling_mode": "external",
+        "traversal.expand_at": "path",
+        "traversal.max_depth": 1,
+        "traversal.leaf_decisions": 3,
+        "traversal.leaf_check_share": 0.5,
+    },
+}
+
+
+@pytest.mark.parametrize("reader", sorted(VALUE_NETWORK_READERS))
+def test_value_network_state_resumes_exactly(tmp_path, reader):
+    """The value network, optimiser and window memory of the outcome estimators and of the
+    leaves are checkpointed."""
+    overrides = VALUE_NETWORK_READERS[reader]
     whole = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "w").run()
     Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path / "s").run()
     split = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "s").run()
@@ -139,6 +153,9 @@ def test_value_network_state_resumes_exactly(tmp_path):
     chex.assert_trees_all_equal(whole, split)  # the whole state, bit for bit
     row = _rows(tmp_path / "s")[-1]
     assert row["loss/value"] >= 0 and 0 < row["memory/value_fill"] <= 1
+    if reader == "leaves":  # children valued at leaves, and checked ones compared
+        assert row["traversal/leaves"] > 0 and -1 <= row["traversal/leaf_corr_p0"] <= 1
+        assert row["traversal/leaf_rmse_p0"] >= 0
     with pytest.raises(ValueError, match="optimization.learner"):
         Trainer(smoke_config(**{**overrides, "optimization.learner": "torch"}), tmp_path / "t")
 

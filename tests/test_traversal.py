@@ -63,9 +63,10 @@ def test_lockstep_equals_reference(case):
         nets, seed=11, iteration=3, traverser=row.traverser
     )
     per_adv, per_strat = api.slots_per_traversal(TINY, opts)
-    got = lockstep_records(samples, per_adv, per_strat)
+    per_value = api.value_slots_per_traversal(TINY, opts)
+    got = lockstep_records(samples, per_adv, per_strat, per_value)
     kinds = ["advantage", "strategy"]
-    if opts.outcome_estimator != "importance":  # the estimators with a value network
+    if api.uses_value_network(opts):  # the estimators and leaves with a value network
         kinds.append("value")
     want = {kind: reference_records(getattr(result, kind)) for kind in kinds}
     for kind in kinds:
@@ -82,6 +83,11 @@ def test_lockstep_equals_reference(case):
     assert sum(path_ends.values()) == int(stats.terminals + stats.truncations + stats.cutoffs)
     if opts.cutoff_turns > 0:
         assert int(stats.cutoffs) > 0
+    if api.has_leaves(opts):  # both kinds of child: valued at a leaf, and checked
+        assert int(stats.leaves) == result.stats["leaves"] > 0
+        # sums over lanes in another order: equal to float32 rounding
+        np.testing.assert_allclose(stats.leaf_checks, result.stats["leaf_checks"], rtol=1e-5)
+        assert stats.leaf_checks[:, 0].sum() > 0
     one_network = opts.opponent_policy not in ("league", "average_strategy")
     one_mover = opts.sampling_mode == "outcome" or row.schedule == "one_mover"
     if one_mover and one_network and opts.outcome_estimator == "importance":
@@ -129,6 +135,18 @@ def test_options_are_validated_naming_the_field():
         (dict(outcome_estimator="vr"), "traversal.outcome_estimator"),
         (dict(outcome_estimator="baseline", sampling_mode="external"), "outcome_estimator"),
         (dict(value_lambda=2.0), "traversal.value_lambda"),
+        (dict(leaf_decisions=-1), "traversal.leaf_decisions"),
+        (dict(leaf_decisions=2), "traversal.leaf_decisions > 0 needs"),  # outcome sampling
+        (
+            dict(sampling_mode="external", expand_at="sampled", leaf_decisions=2, cutoff_turns=4),
+            "traversal.cutoff_turns=0",
+        ),
+        (
+            dict(
+                sampling_mode="external", expand_at="path", leaf_decisions=2, leaf_check_share=0.0
+            ),
+            "traversal.leaf_check_share",
+        ),
     ]
     for overrides, field in bad:
         lanes = overrides.pop("lanes", LANES)

@@ -233,11 +233,30 @@ TRAVERSAL_CASES = {
         lanes=2,
         schedule="one_mover",
     ),
+    # ---- sampled expansions whose children are valued by the value network (jax only)
+    "external_sampled_leaves": _C(
+        dict(_EXTERNAL, expand_at="sampled", max_depth=1, leaf_decisions=2, leaf_check_share=0.5),
+        lanes=3,
+    ),
+    "external_path_leaves_depth2_eps": _C(
+        dict(
+            _EXTERNAL,
+            expand_at="path",
+            max_depth=2,
+            path_epsilon=0.3,
+            leaf_decisions=1,
+            leaf_check_share=0.4,
+            strategy_samples="both",
+        ),
+        traverser=0,
+        lanes=2,
+        schedule="one_mover",
+    ),
 }
 del _C
 
 
-def lockstep_records(samples, slots_adv, slots_strat):
+def lockstep_records(samples, slots_adv, slots_strat, slots_value=None):
     """The valid slots of Samples as one pytree for chex:
     {kind: {(traversal, node): {"info", "mask", "target"}}}, kind in advantage, strategy
     and (when the samples have it) value; a chex failure names the leaf, e.g.
@@ -269,7 +288,7 @@ def lockstep_records(samples, slots_adv, slots_strat):
                 samples.value_mask,
                 samples.value_target,
                 samples.value_valid,
-                slots_adv,
+                slots_value or slots_adv,
             )
         )
     for kind, info, mask, target, valid, per in kinds:

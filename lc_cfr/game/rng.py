@@ -30,6 +30,7 @@ class Purpose(enum.IntEnum):
     ROLLOUT = 4
     BOT_NOISE = 5
     OPPONENT = 6
+    LEAF_CHECK = 7
 
 
 def _rotl(x, r):

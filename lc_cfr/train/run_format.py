@@ -70,6 +70,8 @@ ADDED_FIELDS = {
     "traversal.lockstep_schedule": "all_lanes",
     "traversal.expand_at": "root",
     "traversal.path_epsilon": 0.0,
+    "traversal.leaf_decisions": 0,
+    "traversal.leaf_check_share": 0.1,
     "traversal.outcome_estimator": "importance",
     "traversal.value_lambda": 1.0,
     "regret_matching.floor": 0.0,

@@ -221,6 +221,8 @@ def options_from_config(config) -> api.TraversalOptions:
         floor=float(config.regret_matching.floor),
         outcome_estimator=t.outcome_estimator,
         value_lambda=float(t.value_lambda),
+        leaf_decisions=int(t.leaf_decisions),
+        leaf_check_share=float(t.leaf_check_share),
     )
 
 
@@ -301,14 +303,19 @@ def learner_from_config(config, spec: mlp.NetworkSpec, kind: str, codec=None):
 def value_network_from_config(
     config, rules: Rules, spec: mlp.NetworkSpec, options: api.TraversalOptions
 ) -> ValueNetwork | None:
-    """The value network of `traversal.outcome_estimator` baseline or history_value."""
+    """The value network of `traversal.outcome_estimator` baseline or history_value,
+    or of `traversal.leaf_decisions` > 0."""
     if not api.uses_value_network(options):
         return None
     opt = config.optimization
     if opt.learner != "optax":
+        reader = (
+            f"traversal.leaf_decisions={options.leaf_decisions}"
+            if api.has_leaves(options)
+            else f"traversal.outcome_estimator={options.outcome_estimator!r}"
+        )
         raise ValueError(
-            f"traversal.outcome_estimator={options.outcome_estimator!r} trains "
-            "its value network with optax only; set optimization.learner='optax'"
+            f"{reader} trains its value network with optax only; set optimization.learner='optax'"
         )
     if config.memory.value_capacity < 1:
         raise ValueError(f"memory.value_capacity must be >= 1, got {config.memory.value_capacity}")

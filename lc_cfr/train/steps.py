@@ -256,3 +256,26 @@ def traversal_columns(work: Work) -> None:
     row["traversal/truncated_share"] = totals["truncations"] / paths
     seconds = max(row["traversal_seconds"], 1e-9)
     row["traversal/nodes_per_second"] = totals["nodes"] / seconds
+    if "leaf_check_p0_count" in totals:
+        row.update(leaf_check_columns(totals))
+
+
+def leaf_check_columns(totals: dict) -> dict:
+    """traversal.leaf_decisions: per phase p of the game (quarters of max_turns) where
+    checked traversals expanded nodes, the correlation of the leaf regrets with the full
+    playouts' (`traversal/leaf_corr_p{p}`) and their root mean square difference in
+    utility units (`traversal/leaf_rmse_p{p}`), over every legal action of those nodes;
+    a phase with fewer than two such actions has neither."""
+    columns = {}
+    for phase in range(api.LEAF_CHECK_PHASES):
+        n, x, y, xx, yy, xy = (
+            totals[f"leaf_check_p{phase}_{name}"] for name in api.LEAF_CHECK_SUMS
+        )
+        if n < 2:
+            continue
+        spread = (n * xx - x * x) * (n * yy - y * y)
+        columns[f"traversal/leaf_corr_p{phase}"] = (
+            (n * xy - x * y) / spread**0.5 if spread > 0 else 0.0
+        )
+        columns[f"traversal/leaf_rmse_p{phase}"] = (max(xx - 2 * xy + yy, 0.0) / n) ** 0.5
+    return columns

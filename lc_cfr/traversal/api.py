@@ -69,6 +69,11 @@ class TraversalOptions(NamedTuple):
     # the last two read the value network (policy.baseline_path_targets)
     outcome_estimator: str = "importance"
     value_lambda: float = 1.0  # value targets: sampled return (1) .. bootstrap (0)
+    # sampled expansions: a child of an expanded node is valued by the value network at
+    # the traverser's first decision this many decisions past the node (`leaf_point`);
+    # 0 = every child is played out to the end
+    leaf_decisions: int = 0
+    leaf_check_share: float = 0.1  # traversals whose children all play out (`leaf_check`)
 
 
 def validate_options(options: TraversalOptions, rules: Rules) -> None:
@@ -107,7 +112,8 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
     if not 0.0 <= options.path_epsilon <= 1.0:
         raise ValueError(f"traversal.path_epsilon must be in [0, 1], got {options.path_epsilon}")
     pol.check_floor(options.floor)
-    if uses_value_network(options) and options.sampling_mode != "outcome":
+    _check_leaves(options, rules)
+    if options.outcome_estimator != "importance" and options.sampling_mode != "outcome":
         raise ValueError(
             f"traversal.outcome_estimator={options.outcome_estimator!r} needs "
             "traversal.sampling_mode='outcome'"
@@ -130,6 +136,32 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         )
 
 
+def _check_leaves(options: TraversalOptions, rules: Rules) -> None:
+    if not 0 <= options.leaf_decisions <= 2 * rules.max_turns:
+        raise ValueError(
+            f"traversal.leaf_decisions must be in [0, 2 * rules.max_turns="
+            f"{2 * rules.max_turns}], got {options.leaf_decisions}"
+        )
+    if options.leaf_decisions == 0:
+        return
+    if not is_sampled_expansion(options):
+        raise ValueError(
+            "traversal.leaf_decisions > 0 needs traversal.sampling_mode='external' with "
+            f"expand_at 'sampled' or 'path', got {options.sampling_mode!r}, "
+            f"{options.expand_at!r}"
+        )
+    if options.cutoff_turns > 0:
+        raise ValueError(
+            "traversal.leaf_decisions > 0 values children by the value network: set "
+            f"traversal.cutoff_turns=0 (got {options.cutoff_turns})"
+        )
+    if not 0.0 < options.leaf_check_share <= 1.0:
+        raise ValueError(
+            "traversal.leaf_check_share must be in (0, 1] (checked traversals train the "
+            f"value network), got {options.leaf_check_share}"
+        )
+
+
 def is_sampled_expansion(options: TraversalOptions) -> bool:
     """External sampling expanded at a decision drawn per traversal on one on-policy path
     (`expand_at` 'sampled' or 'path'; it means nothing to outcome sampling, which never
@@ -139,7 +171,12 @@ def is_sampled_expansion(options: TraversalOptions) -> bool:
 
 def uses_value_network(options: TraversalOptions) -> bool:
     """Whether the traversal reads (and feeds) the history value network."""
-    return options.outcome_estimator != "importance"
+    return options.outcome_estimator != "importance" or has_leaves(options)
+
+
+def has_leaves(options: TraversalOptions) -> bool:
+    """Sampled expansions whose children are valued by the value network (`leaf_point`)."""
+    return options.leaf_decisions > 0
 
 
 def value_spec(rules: Rules, spec: mlp.NetworkSpec) -> mlp.NetworkSpec:
@@ -191,6 +228,11 @@ class TraversalStats(NamedTuple):
     clipped_values: jax.Array  # outcome: advantage samples whose |W u / q| > value_clip
     steps: jax.Array  # lockstep iterations
     dropped_samples: jax.Array  # samples beyond a traversal's slots (always 0; checked)
+    # leaf_decisions > 0 only (None otherwise):
+    leaves: Any = None  # children valued by the value network (not paths: not in path_ends)
+    # [LEAF_CHECK_PHASES, len(LEAF_CHECK_SUMS)] float32 sums comparing, at the expanded
+    # nodes of checked traversals, the regrets from leaf values with the full playouts'
+    leaf_checks: Any = None
 
 
 STAT_NAMES = TraversalStats._fields
@@ -214,6 +256,65 @@ CORE_STAT_NAMES = (
 )
 
 
+# The leaf guard's comparison, by the phase of the game (quarters of max_turns) of the
+# expanded node: sums over its legal actions a of r_full(a), r_leaf(a) and their products,
+# from which the trainer derives their correlation and root mean square difference.
+LEAF_CHECK_PHASES = 4
+LEAF_CHECK_SUMS = ("count", "leaf", "full", "leaf_sq", "full_sq", "product")
+
+
+def leaf_check_phase(rules: Rules, turn):
+    """The `leaf_checks` row of an expanded node at `turn`."""
+    return jnp.minimum(turn * LEAF_CHECK_PHASES // rules.max_turns, LEAF_CHECK_PHASES - 1)
+
+
+def leaf_check_sums(leaf_regrets, full_regrets, mask) -> jax.Array:
+    """[len(LEAF_CHECK_SUMS)] float32 of one expanded node: its legal actions' regrets
+    from leaf values and from full playouts, summed as LEAF_CHECK_SUMS names."""
+    x = jnp.where(mask, leaf_regrets, 0.0)
+    y = jnp.where(mask, full_regrets, 0.0)
+    columns = (mask.astype(jnp.float32), x, y, x * x, y * y, x * y)
+    return jnp.stack([pol.sequential_sum(c) for c in columns]).astype(jnp.float32)
+
+
+def leaf_check(seed, iteration, game_index, share: float):
+    """Whether a traversal of `leaf_decisions` > 0 is checked: all its children are played
+    out to the end beside their leaf values (purpose LEAF_CHECK, counter 0), with
+    probability `share`. Checked traversals' targets are the full playouts' regrets and
+    they give the value network samples (`leaf_point`)."""
+    bits = rng.random_bits(seed, iteration, game_index, 0, rng.Purpose.LEAF_CHECK)
+    return rng.uniform(bits) < jnp.float32(share)
+
+
+def leaf_point(options: TraversalOptions, decisions_past_node):
+    """Whether a traverser decision in the subtree of an expanded node (and not expanded
+    itself), `decisions_past_node` decisions below it, is its child's leaf point.
+
+    ESCHER (McAleer et al. 2022, arXiv:2206.04122) values the children of its expanded
+    nodes with a learned history value network instead of playing them out; here a child
+    is played `leaf_decisions` decisions on-policy (the common random numbers keep the
+    children's opponents and decks alike, as in a full playout) and valued at the
+    traverser's next decision by v(h) = sum_a sigma(a) Q(h, a), the value network read at
+    sigma, the policy the playout would go on with. Two kinds of child go on to the end
+    instead, recording a value sample (h, the action sigma takes, and the return) at the
+    leaf point: the child sigma itself picks at the node (it continues the on-policy
+    trajectory, so the strategy samples along it and the value network's targets are
+    on-policy, DREAM's history baseline, Steinberger et al. 2020) and every child of a
+    checked traversal (`leaf_check`), whose advantage targets are then the full
+    playouts' regrets and whose leaf regrets are compared with them (`leaf_checks`).
+    """
+    return decisions_past_node >= options.leaf_decisions
+
+
+def value_slots_per_traversal(rules: Rules, options: TraversalOptions) -> int:
+    """Value network sample slots one traversal may fill: one per traverser decision of
+    its path (outcome estimators) or one per child subtree below its expanded nodes
+    (`leaf_decisions`)."""
+    if options.sampling_mode == "outcome":
+        return slots_per_traversal(rules, options)[0]
+    return _expanded_tree(rules, options)[1]
+
+
 def path_end_bin(rules: Rules, turn):
     """The `path_ends` bin of a path ending at `turn` (0 to max_turns; a truncated game,
     at max_turns, in the last bin)."""
@@ -226,9 +327,21 @@ def stats_to_metrics(stats: TraversalStats) -> dict:
     stats = jax.device_get(stats)._asdict()
     stats.pop("dropped_samples")  # the backend has already checked it is 0
     path_ends = stats.pop("path_ends")
-    metrics = {name: int(value) for name, value in stats.items()}
+    leaf_checks = stats.pop("leaf_checks")
+    metrics = {name: int(value) for name, value in stats.items() if value is not None}
     metrics.update({name: int(n) for name, n in zip(PATH_END_NAMES, path_ends, strict=True)})
+    if leaf_checks is not None:
+        metrics.update(leaf_check_metrics(leaf_checks))
     return metrics
+
+
+def leaf_check_metrics(sums) -> dict:
+    """`leaf_check_p{phase}_{sum}` floats of a [LEAF_CHECK_PHASES, 6] array of sums."""
+    return {
+        f"leaf_check_p{phase}_{name}": float(sums[phase][k])
+        for phase in range(LEAF_CHECK_PHASES)
+        for k, name in enumerate(LEAF_CHECK_SUMS)
+    }
 
 
 def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, int]:
@@ -236,12 +349,7 @@ def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, i
     if options.sampling_mode == "outcome":
         per_path = rules.max_turns + 1  # decisions of one player on one path
         return per_path, per_path * (2 if options.strategy_samples == "both" else 1)
-    card, draw = 2 * rules.hand_size, 1 + rules.n_colors
-    expanded, width = 0, 1  # width: subtrees hanging below `depth` expanded nodes
-    for depth in range(options.max_depth):
-        expanded += width
-        # a sampled expansion may start at a draw decision: bound both orders
-        width *= card if depth % 2 == 0 and options.expand_at == "root" else max(card, draw)
+    expanded, _ = _expanded_tree(rules, options)
     if options.expand_at != "root":
         # strategy samples along one on-policy trajectory (at most one player's
         # decisions of a whole game, both players' with `both`)
@@ -250,6 +358,18 @@ def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, i
     # strategy samples above the expanded depth: the expanded (traverser) nodes and at
     # most two opponent decisions in each gap between traverser turns
     return expanded, 3 * expanded
+
+
+def _expanded_tree(rules: Rules, options: TraversalOptions) -> tuple[int, int]:
+    """External sampling: (expanded nodes, subtrees hanging below the deepest ones) of one
+    traversal at most."""
+    card, draw = 2 * rules.hand_size, 1 + rules.n_colors
+    expanded, width = 0, 1  # width: subtrees hanging below `depth` expanded nodes
+    for depth in range(options.max_depth):
+        expanded += width
+        # a sampled expansion may start at a draw decision: bound both orders
+        width *= card if depth % 2 == 0 and options.expand_at == "root" else max(card, draw)
+    return expanded, width
 
 
 def utility_factor(scale: float) -> jax.Array:

@@ -50,6 +50,8 @@ from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
 from lc_cfr.traversal import sharding
 from lc_cfr.traversal.api import (
+    LEAF_CHECK_PHASES,
+    LEAF_CHECK_SUMS,
     LOCKSTEP_SCHEDULES,
     PATH_END_BINS,
     Networks,
@@ -57,7 +59,12 @@ from lc_cfr.traversal.api import (
     TraversalOptions,
     TraversalStats,
     expansion_start,
+    has_leaves,
     is_sampled_expansion,
+    leaf_check,
+    leaf_check_phase,
+    leaf_check_sums,
+    leaf_point,
     path_choice,
     path_end_bin,
     slots_per_traversal,
@@ -65,6 +72,7 @@ from lc_cfr.traversal.api import (
     uses_value_network,
     utility_factor,
     validate_options,
+    value_slots_per_traversal,
     value_spec,
 )
 
@@ -112,6 +120,13 @@ class _Position(NamedTuple):
     choices: jax.Array | None  # [L] int32 traverser choices (two or more legal actions)
     # met on the path so far
     expand_choice: jax.Array | None  # [L] int32 the choice to expand, -1 if the path has none
+    # leaf_decisions > 0 only (None otherwise):
+    checked: jax.Array | None = None  # [L] bool every child of the traversal plays out
+    past_leaf: jax.Array | None = None  # [L] bool the current child passed its leaf point
+    estimate: jax.Array | None = None  # [L] float32 the value handed up, leaves read by
+    # the value network (a child that passed its leaf point: its leaf value)
+    leaf_slot: jax.Array | None = None  # [L] int32 value slot awaiting the child's return
+    value_nodes: jax.Array | None = None  # [L] int32 value slots used by the traversal
 
 
 class _Frames(NamedTuple):
@@ -128,6 +143,9 @@ class _Frames(NamedTuple):
     follow: jax.Array  # [L, D] int32 sampled: the child sigma would have played
     on: jax.Array  # [L, D] bool sampled: the node lies on the on-policy trajectory
     top: jax.Array  # [L] int32 frames in use
+    # leaf_decisions > 0 only (None otherwise):
+    decision: jax.Array | None = None  # [L, D] int32 the node's decision index
+    estimates: jax.Array | None = None  # [L, D, A] float32 child values, leaves valued
 
 
 class _Rollouts(NamedTuple):
@@ -173,6 +191,8 @@ class _Node(NamedTuple):
     history: jax.Array | None  # [L, E + N] float32 the traverser's history features
     baseline: jax.Array | None  # [L, A] float32 its history values (0 off its turns)
     forwards: jax.Array  # [] int32 network forwards run per lane
+    leaf: jax.Array | None = None  # [L] bool a child's leaf point (`leaf_point`)
+    leaf_value: jax.Array | None = None  # [L] float32 sum_a sigma(a) Q(h, a) there
 
 
 class _Plan(NamedTuple):
@@ -200,6 +220,12 @@ class _Choice(NamedTuple):
     expand: jax.Array  # [L] bool
     advantage: _Slots
     strategy: _Slots
+    stop: jax.Array  # [L] bool the path ends here, at a leaf valued by the value network
+
+
+# leaf_decisions: the value network's batch at leaf points, as a share of the rows a step
+# decides (see `_Traversals.leaf_values`)
+LEAF_BATCH_SHARE = 1 / 8
 
 
 def _count_bins(bins, where) -> jax.Array:
@@ -413,8 +439,11 @@ class _Traversals:
         self.sampled = is_sampled_expansion(options)
         self.scouts = not self.outcome and options.expand_at == "path"
         self.reads_values = uses_value_network(options)
+        self.baselines = self.reads_values and self.outcome  # the outcome estimators'
+        self.leaves = has_leaves(options)
         if self.reads_values:
             self.value_spec = value_spec(rules, spec)
+            self.value_slots = value_slots_per_traversal(rules, options)
         self.adv_slots, self.strat_slots = slots_per_traversal(rules, options)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(traverser == 0, x, y), a, b)  # noqa: E731
         self.own_params = pick(networks.advantage[0], networks.advantage[1])
@@ -431,8 +460,10 @@ class _Traversals:
         else:
             self.plan = self._plan_at_root
             recorders = [self._push_frame]
-        if self.reads_values:
+        if self.baselines:
             recorders.append(self._record_value)
+        if self.leaves:
+            recorders.append(self._record_leaf)
         self.recorders = (self._record_advantage, self._record_strategy, *recorders)
         self.decide = self.decide_all
         if not self.outcome and schedule == "one_mover":
@@ -452,14 +483,25 @@ class _Traversals:
         blank = blank.replace(terminal=jnp.ones((L,), jnp.bool_))
         ints, floats = jnp.zeros((L,), jnp.int32), jnp.zeros((L,), jnp.float32)
         zero = jnp.int32(0)
-        value_columns = {}
+        value_columns, leaf_fields, leaf_frames, leaf_stats = {}, {}, {}, {}
         if self.reads_values:
+            S_value = T * self.value_slots
             value_columns = dict(
-                value_info=jnp.zeros((S, engine.history_size(rules)), jnp.float32),
-                value_mask=jnp.zeros((S, a), jnp.bool_),
-                value_target=jnp.zeros((S, a), jnp.float32),
-                value_valid=jnp.zeros((S,), jnp.bool_),
+                value_info=jnp.zeros((S_value, engine.history_size(rules)), jnp.float32),
+                value_mask=jnp.zeros((S_value, a), jnp.bool_),
+                value_target=jnp.zeros((S_value, a), jnp.float32),
+                value_valid=jnp.zeros((S_value,), jnp.bool_),
             )
+        if self.leaves:
+            no = jnp.zeros((L,), jnp.bool_)
+            leaf_fields = dict(
+                checked=no, past_leaf=no, estimate=floats, leaf_slot=ints - 1, value_nodes=ints
+            )
+            leaf_frames = dict(
+                decision=jnp.zeros((L, D), jnp.int32), estimates=jnp.zeros((L, D, a), jnp.float32)
+            )
+            sums = jnp.zeros((LEAF_CHECK_PHASES, len(LEAF_CHECK_SUMS)), jnp.float32)
+            leaf_stats = dict(leaves=zero, leaf_checks=sums)
         path_slots = S if self.outcome else 1
         return _Lanes(
             position=_Position(
@@ -476,6 +518,7 @@ class _Traversals:
                 deal=blank if self.scouts else None,
                 choices=ints if self.scouts else None,
                 expand_choice=ints if self.scouts else None,
+                **leaf_fields,
             ),
             frames=_Frames(
                 game=jax.tree.map(lambda x: jnp.repeat(x[:, None], D, axis=1), blank),
@@ -488,12 +531,13 @@ class _Traversals:
                 follow=jnp.zeros((L, D), jnp.int32),
                 on=jnp.zeros((L, D), jnp.bool_),
                 top=ints,
+                **leaf_frames,
             ),
             rollouts=_Rollouts(base=blank, done=ints, total=floats),
             path=_OutcomePath(
                 action=jnp.zeros((path_slots,), jnp.int32),
                 prob=jnp.ones((path_slots,), jnp.float32),
-                baseline=jnp.zeros((S if self.reads_values else 1, a), jnp.float32),
+                baseline=jnp.zeros((S if self.baselines else 1, a), jnp.float32),
                 utility=jnp.zeros((T,), jnp.float32),
             ),
             samples=Samples(
@@ -509,8 +553,11 @@ class _Traversals:
             ),
             next_traversal=zero,
             step=zero,
-            stats=TraversalStats(**dict.fromkeys(TraversalStats._fields, zero))._replace(
-                path_ends=jnp.zeros((PATH_END_BINS,), jnp.int32)
+            stats=TraversalStats(
+                **dict.fromkeys(TraversalStats._fields, zero),
+            )._replace(
+                path_ends=jnp.zeros((PATH_END_BINS,), jnp.int32),
+                **{"leaves": None, "leaf_checks": None, **leaf_stats},
             ),
         )
 
@@ -556,6 +603,16 @@ class _Traversals:
             position = position._replace(
                 deal=engine.tree_where(start, games, position.deal),
                 choices=jnp.where(start, 0, position.choices),
+            )
+        if self.leaves:
+            checked = leaf_check(
+                self.seed, self.iteration, self.game_index(new), self.options.leaf_check_share
+            )
+            position = position._replace(
+                checked=jnp.where(start, checked, position.checked),
+                past_leaf=position.past_leaf & ~start,
+                leaf_slot=jnp.where(start, -1, position.leaf_slot),
+                value_nodes=jnp.where(start, 0, position.value_nodes),
             )
         position = position._replace(
             game=engine.tree_where(start, games, position.game),
@@ -664,7 +721,11 @@ class _Traversals:
         choice = self.choose(lanes, node)
         for record in self.recorders:
             lanes = record(lanes, node, choice)
-        return self.arrive(self.move(lanes, node, choice), node.deciding)
+        lanes = self.arrive(self.move(lanes, node, choice), node.deciding & ~choice.stop)
+        if self.leaves:
+            stats = lanes.stats._replace(leaves=lanes.stats.leaves + jnp.sum(choice.stop))
+            lanes = self.path_value(lanes._replace(stats=stats), choice.stop, node.leaf_value)
+        return lanes
 
     def decide_one_mover(self, lanes: _Lanes) -> _Lanes:
         """lockstep_schedule='one_mover': `decide_all` on `batch` lanes gathered from the
@@ -705,13 +766,18 @@ class _Traversals:
         obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(self.rules, game, game.current_player)
         mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(self.rules, game)
         played, stored, forwards = self.policies(lanes, obs, mask, is_traverser, mover)
-        history = baseline = None
-        if self.reads_values:
+        history = baseline = leaf = leaf_value = None
+        mode = lanes.position.mode
+        deciding = (mode == DECIDE) | (mode == SCOUT)
+        if self.baselines:
             history, baseline, value_forwards = self.history_values(lanes.step, game, mask, played)
             forwards = forwards + value_forwards
-        mode = lanes.position.mode
+        if self.leaves:
+            at_leaf = deciding & is_traverser & self._past_leaf_point(lanes)
+            leaf, history, leaf_value = self.leaf_values(game, mask, played, at_leaf)
+            deciding = deciding & ~(at_leaf & ~leaf)  # beyond the value batch: wait a step
         return _Node(
-            deciding=(mode == DECIDE) | (mode == SCOUT),
+            deciding=deciding,
             is_traverser=is_traverser,
             obs=obs,
             mask=mask,
@@ -720,7 +786,55 @@ class _Traversals:
             history=history,
             baseline=baseline,
             forwards=forwards,
+            leaf=leaf,
+            leaf_value=leaf_value,
         )
+
+    def _past_leaf_point(self, lanes: _Lanes):
+        """[L] bool the lane's current child has reached its leaf point and not yet passed
+        it: below the deepest expanded node (where no traverser decision is expanded),
+        `leaf_point` decisions past it."""
+        position, frames = lanes.position, lanes.frames
+        node = jax.vmap(lambda row, i: row[i])(frames.decision, jnp.maximum(frames.top - 1, 0))
+        past = engine.decision_index(position.game) - node
+        deepest = frames.top == self.options.max_depth
+        return (
+            deepest
+            & (position.mode == DECIDE)
+            & leaf_point(self.options, past)
+            & ~position.past_leaf
+        )
+
+    def leaf_values(self, game, mask, played, at_leaf):
+        """(served, history features, sum_a sigma(a) Q(h, a)) [L]: the value network read
+        for the first `LEAF_BATCH_SHARE` of the rows' lanes at a leaf point (in lane
+        order), on steps where some lane is at one; the others wait a step, which changes
+        no sample (a traversal owns its random stream). A leaf point comes once a child,
+        so a small batch serves them and the forward costs a fraction of the policies'."""
+        rows = at_leaf.shape[0]
+        batch = max(1, int(rows * LEAF_BATCH_SHARE))
+        picked = jnp.argsort(jnp.where(at_leaf, 0, 1), stable=True)[:batch]
+        served = jnp.zeros_like(at_leaf).at[picked].set(at_leaf[picked])
+        width = engine.history_size(self.rules)
+
+        def estimate(_):
+            picked_game = jax.tree.map(lambda x: x[picked], game)
+            history = jax.vmap(engine.observe_history, in_axes=(None, 0, None))(
+                self.rules, picked_game, self.traverser
+            )
+            raw = mlp.apply(self.value_spec, self.networks.value, history)
+            q = mlp.masked_advantages(raw, mask[picked])
+            value = jax.vmap(pol.node_regrets)(played[picked], q, mask[picked])[0]
+            return (
+                jnp.zeros((rows, width), jnp.float32).at[picked].set(history),
+                jnp.zeros((rows,), jnp.float32).at[picked].set(value),
+            )
+
+        def skip(_):
+            return jnp.zeros((rows, width), jnp.float32), jnp.zeros((rows,), jnp.float32)
+
+        history, value = jax.lax.cond(jnp.any(at_leaf), estimate, skip, None)
+        return served, history, value
 
     def choose(self, lanes: _Lanes, node: _Node) -> _Choice:
         plan = self.plan(lanes, node)
@@ -733,10 +847,14 @@ class _Traversals:
             "traverser": node.is_traverser,
             "both": jnp.ones_like(node.is_traverser),
         }[self.options.strategy_samples]
+        stop = jnp.zeros_like(node.deciding)
+        if self.leaves:  # the on-policy child and checked traversals' children go on
+            stop = node.leaf & ~(position.checked | position.on_trajectory)
         return _Choice(
             action=jnp.where(plan.expand, first_legal, sampled),
             behaviour=plan.behaviour,
             expand=plan.expand,
+            stop=stop,
             advantage=_take_slots(
                 position.traversal,
                 position.advantage_nodes,
@@ -907,16 +1025,51 @@ class _Traversals:
             draws=put(frames.draws, lanes.position.draws),
             top=frames.top + expand,
         )
-        return lanes._replace(frames=frames)
+        if not self.leaves:
+            return lanes._replace(frames=frames)
+        frames = frames._replace(
+            decision=put(frames.decision, engine.decision_index(lanes.position.game)),
+            estimates=put(frames.estimates, jnp.zeros_like(node.played)),
+        )
+        position = lanes.position._replace(past_leaf=lanes.position.past_leaf & ~expand)
+        return lanes._replace(frames=frames, position=position)
+
+    def _record_leaf(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
+        """leaf_decisions: at a child's leaf point, its leaf value; a child that goes on
+        (`choose`: not `stop`) records a value sample there (history, the action sigma
+        takes), whose target its return sets (`path_value`)."""
+        position = lanes.position
+        goes_on = node.leaf & ~choice.stop
+        slots = _take_slots(position.traversal, position.value_nodes, self.value_slots, goes_on)
+        taken = jax.nn.one_hot(choice.action, self.rules.num_actions) > 0
+        samples = _write_samples(
+            lanes.samples,
+            slots.slot,
+            slots.write,
+            value_info=node.history,
+            value_mask=taken,
+            value_valid=slots.write,
+        )
+        position = position._replace(
+            past_leaf=position.past_leaf | node.leaf,
+            estimate=jnp.where(node.leaf, node.leaf_value, position.estimate),
+            leaf_slot=jnp.where(slots.write, slots.slot, position.leaf_slot),
+            value_nodes=position.value_nodes + slots.write,
+        )
+        stats = lanes.stats._replace(
+            dropped_samples=lanes.stats.dropped_samples + jnp.sum(slots.overflow)
+        )
+        return lanes._replace(position=position, samples=samples, stats=stats)
 
     def move(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
         position, deciding = lanes.position, node.deciding
         next_game = jax.vmap(engine.step, in_axes=(None, 0, 0))(
             self.rules, position.game, choice.action
         )
+        moves = deciding & ~choice.stop
         position = position._replace(
-            game=engine.tree_where(deciding, next_game, position.game),
-            draws=position.draws + (deciding & ~choice.expand),
+            game=engine.tree_where(moves, next_game, position.game),
+            draws=position.draws + (moves & ~choice.expand),
             advantage_nodes=position.advantage_nodes + choice.advantage.write,
             strategy_nodes=position.strategy_nodes + choice.strategy.write,
         )
@@ -1004,12 +1157,30 @@ class _Traversals:
                     traversal=jnp.where(ended, -1, position.traversal),
                 ),
             )
+        if self.leaves:
+            lanes = self._fill_value_target(lanes, ended, value)
+            position = lanes.position
         return lanes._replace(
             position=position._replace(
                 mode=jnp.where(ended, RETURN, position.mode),
                 value=jnp.where(ended, value, position.value),
             )
         )
+
+    def _fill_value_target(self, lanes: _Lanes, ended, value) -> _Lanes:
+        """leaf_decisions: a child that ended past its leaf point sets its value sample's
+        target (its return, at the action taken there); one that ended before it hands
+        its own value up as its estimate."""
+        position, samples = lanes.position, lanes.samples
+        fill = ended & (position.leaf_slot >= 0)
+        slot = jnp.maximum(position.leaf_slot, 0)
+        target = jnp.where(samples.value_mask[slot], value[:, None], 0.0)
+        samples = _write_samples(samples, slot, fill, value_target=target)
+        position = position._replace(
+            leaf_slot=jnp.where(ended, -1, position.leaf_slot),
+            estimate=jnp.where(ended & ~position.past_leaf, value, position.estimate),
+        )
+        return lanes._replace(position=position, samples=samples)
 
     def backward(self, lanes: _Lanes) -> _Lanes:
         """External sampling: one RETURN move per lane. The returned value enters the top
@@ -1031,6 +1202,9 @@ class _Traversals:
         pop = has_frame & ~has_next
         go_on = has_frame & has_next
         samples = _write_samples(lanes.samples, frame.slot, pop, advantage_target=regrets)
+        if self.leaves:
+            lanes = self._compare_leaves(lanes, frame, index, has_frame, pop, go_on, regrets)
+            position, frames = lanes.position, lanes.frames
         child = jax.vmap(engine.step, in_axes=(None, 0, 0))(self.rules, frame.game, next_action)
         draws, on_trajectory = position.draws, position.on_trajectory
         if self.sampled:  # common random numbers: every child replays the node's stream
@@ -1052,6 +1226,29 @@ class _Traversals:
         )
         lanes = lanes._replace(position=position, frames=frames, samples=samples)
         return self.arrive(lanes, go_on)
+
+    def _compare_leaves(self, lanes, frame, index, has_frame, pop, go_on, regrets) -> _Lanes:
+        """leaf_decisions, in `backward`: the returned estimate enters the frame beside
+        the value; a popped node hands up its value under the estimates, and a checked
+        traversal's node adds its leaf regrets against its full regrets (`leaf_checks`,
+        by the node's phase); the next child starts before its leaf point."""
+        position, frames = lanes.position, lanes.frames
+        actions = jnp.arange(self.rules.num_actions)
+        returned = actions == frame.action[:, None]
+        estimates = jnp.where(returned, position.estimate[:, None], frame.estimates)
+        estimate, leaf_regrets = jax.vmap(pol.node_regrets)(frame.policy, estimates, frame.mask)
+        sums = jax.vmap(leaf_check_sums)(leaf_regrets, regrets, frame.mask)
+        phase = leaf_check_phase(self.rules, frame.game.turn)
+        counted = jax.nn.one_hot(phase, LEAF_CHECK_PHASES) * (pop & position.checked)[:, None]
+        stats = lanes.stats._replace(
+            leaf_checks=lanes.stats.leaf_checks + jnp.einsum("lp,lk->pk", counted, sums)
+        )
+        position = position._replace(
+            estimate=jnp.where(pop, estimate, position.estimate),
+            past_leaf=position.past_leaf & ~go_on,
+        )
+        frames = frames._replace(estimates=_tree_set(frames.estimates, index, estimates, has_frame))
+        return lanes._replace(position=position, frames=frames, stats=stats)
 
     def _bot(self, name: str, lanes: _Lanes):
         """[L] the bot's action in every lane's position (keyed by the draw counter)."""
@@ -1099,7 +1296,7 @@ class _Traversals:
     def finish(self, lanes: _Lanes) -> tuple[Samples, TraversalStats]:
         if not self.outcome:
             return lanes.samples, lanes.stats
-        if self.reads_values:
+        if self.baselines:
             return self._finish_with_values(lanes)
         return self._finish_importance(lanes)
 

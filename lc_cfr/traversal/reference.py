@@ -24,11 +24,18 @@ from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
 from lc_cfr.traversal.api import (
+    LEAF_CHECK_PHASES,
+    LEAF_CHECK_SUMS,
     PATH_END_NAMES,
     Networks,
     TraversalOptions,
     expansion_start,
+    has_leaves,
     is_sampled_expansion,
+    leaf_check,
+    leaf_check_phase,
+    leaf_check_sums,
+    leaf_point,
     path_choice,
     path_end_bin,
     uses_value_network,
@@ -94,6 +101,7 @@ class ReferenceTraversal:
                 return mlp.masked_advantages(raw, mask[None])[0]
 
             self._baseline = baseline
+            self._leaf_sums = jax.jit(leaf_check_sums)
             self._history = jax.jit(functools.partial(engine.observe_history, r))
             self._path_targets = jax.jit(
                 functools.partial(
@@ -135,6 +143,11 @@ class ReferenceTraversal:
             ],
             0,
         )
+        if has_leaves(self.o):
+            self.stats["leaves"] = 0
+            self.stats["leaf_checks"] = np.zeros(
+                (LEAF_CHECK_PHASES, len(LEAF_CHECK_SUMS)), np.float32
+            )
         self.advantage, self.strategy, self.value = [], [], []
         for j in range(self.o.traversals_per_player):
             self._traversal(j)
@@ -216,6 +229,10 @@ class ReferenceTraversal:
             )
         )
         state = self._init(rng.as_word(self.seed), self.game, rng.as_word(self.iteration))
+        self.value_nodes = 0
+        if has_leaves(self.o):
+            share = self.o.leaf_check_share
+            self.checked = bool(leaf_check(self.seed, self.iteration, self.game, share))
         if self.o.sampling_mode == "outcome":
             self._outcome(state)
         elif is_sampled_expansion(self.o):
@@ -281,8 +298,11 @@ class ReferenceTraversal:
 
     # ----- external sampling: recursion down to max_depth -------------------------
 
-    def _external(self, state, expanded: int):
-        """Value of `state` for the traverser; `expanded` traverser nodes above it."""
+    def _external(self, state, expanded: int, node_decision: int = 0):
+        """(value, estimate) of `state` for the traverser, `expanded` traverser nodes
+        above it, the deepest at decision `node_decision`; the estimate reads the value
+        network at leaf points (`leaf_point`) and is the value without leaves."""
+        past_leaf, estimate, leaf_sample = False, None, None
         while True:
             mover = int(state.current_player)
             obs, mask = self._observe(state, mover), self._mask(state)
@@ -299,11 +319,37 @@ class ReferenceTraversal:
             self.stats["nodes"] += 1
             if is_traverser and in_tree:
                 return self._expand(state, obs, mask, played, expanded)
+            at_leaf = (
+                has_leaves(self.o)
+                and is_traverser
+                and expanded == self.o.max_depth
+                and not past_leaf
+                and leaf_point(self.o, int(engine.decision_index(state)) - node_decision)
+            )
+            if at_leaf:
+                history = self._history(state, self.traverser)
+                q = self._baseline(self.networks.value, history, mask)
+                estimate = self._node_regrets(played, q, mask)[0]
+                if not (self.checked or self.on_trajectory):
+                    self.stats["leaves"] += 1
+                    return estimate, estimate
+                past_leaf = True
             action = self._sample(played, mask, self._draw(rng.Purpose.SAMPLE))
+            if at_leaf:
+                chosen = np.arange(self.rules.num_actions) == int(action)
+                leaf_sample = Record(
+                    self.traversal, self.value_nodes, np.asarray(history), chosen, None
+                )
+                self.value.append(leaf_sample)
+                self.value_nodes += 1
             state = self._step(state, action)
             ended, cut = self._ended(state)
             if ended:
-                return self._value_at_end(state, cut)
+                value = self._value_at_end(state, cut)
+                if leaf_sample is not None:
+                    target = np.where(leaf_sample.mask, np.asarray(value), 0.0)
+                    leaf_sample.target = target.astype(np.float32)
+                return value, estimate if past_leaf else value
 
     def _path_choices(self, state) -> int:
         """expand_at='path': plays the traversal's path to its end without recording
@@ -369,6 +415,8 @@ class ReferenceTraversal:
         record = Record(self.traversal, node, np.asarray(obs), np.asarray(mask), None)
         self.advantage.append(record)
         values = jnp.zeros((self.rules.num_actions,), jnp.float32)
+        estimates = values
+        decision = int(engine.decision_index(state))
         draws = self.draws
         sampled = is_sampled_expansion(self.o)
         if sampled:  # the child sigma would play continues the on-policy trajectory
@@ -380,11 +428,21 @@ class ReferenceTraversal:
                 self.on_trajectory = on_trajectory and int(action) == follow
             child = self._step(state, int(action))
             ended, cut = self._ended(child)
-            value = self._value_at_end(child, cut) if ended else self._external(child, expanded + 1)
+            if ended:
+                value = estimate = self._value_at_end(child, cut)
+            else:
+                value, estimate = self._external(child, expanded + 1, decision)
             values = values.at[action].set(value)
+            estimates = estimates.at[action].set(estimate)
         node_value, regrets = self._node_regrets(sigma, values, mask)
         record.target = np.asarray(regrets)
-        return node_value
+        node_estimate, leaf_regrets = self._node_regrets(sigma, estimates, mask)
+        if has_leaves(self.o) and self.checked:
+            phase = int(leaf_check_phase(self.rules, int(state.turn)))
+            self.stats["leaf_checks"][phase] += np.asarray(
+                self._leaf_sums(leaf_regrets, regrets, mask)
+            )
+        return node_value, node_estimate
 
     def _value_targets(self, path, baselines, utility, slots) -> None:
         """Targets of the estimators that read the value network (one path)."""
