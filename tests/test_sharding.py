@@ -31,6 +31,10 @@ MODES = {
     "outcome": dict(sampling_mode="outcome"),
     "external": dict(sampling_mode="external"),
     "sampled": dict(sampling_mode="external", expand_at="sampled", max_depth=1),
+    "leaves": dict(
+        sampling_mode="external", expand_at="sampled", max_depth=1, leaf_decisions=2,
+        leaf_check_share=0.5,
+    ),
     "baseline": dict(
         sampling_mode="outcome", outcome_estimator="baseline", outcome_sampling_value_clip=0.0
     ),
