@@ -26,6 +26,7 @@ The scripts also share how they read a config argument (`load_config`).
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import statistics
 from collections.abc import Sequence
@@ -143,3 +144,31 @@ def load_config(arg: str):
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module.get_config(preset)
+
+
+def apply_overrides(config, items: Sequence[str]) -> None:
+    """`FIELD=VALUE` items (e.g. `traversal.leaf_decisions=8`) set on `config`, each value
+    read as the type of the field it replaces; an unknown field exits naming it."""
+    for item in items:
+        field, equals, text = item.partition("=")
+        *path, last = field.split(".")
+        node = config
+        try:
+            for part in path:
+                node = node[part]
+            current = node[last]
+        except (KeyError, AttributeError):
+            raise SystemExit(f"--set {item!r}: the config has no field {field!r}") from None
+        if not equals:
+            raise SystemExit(f"--set {item!r}: expected FIELD=VALUE")
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false"):
+                raise SystemExit(f"--set {item!r}: {field} takes true or false")
+            node[last] = text.lower() == "true"
+        elif isinstance(current, (int, float)):
+            try:
+                node[last] = type(current)(ast.literal_eval(text))
+            except (ValueError, SyntaxError):
+                raise SystemExit(f"--set {item!r}: {field} takes a number") from None
+        else:
+            node[last] = text

@@ -64,7 +64,6 @@ ratios and a backend's `nodes_per_second` over all its timed calls.
 from __future__ import annotations
 
 import argparse
-import ast
 import functools
 import json
 import os
@@ -510,13 +509,7 @@ def main() -> None:
         parser.error(f"--lanes {max(lanes_values)} exceeds --traversals {args.traversals}")
 
     config = bench_common.load_config(args.config)
-    for item in args.set:
-        field, _, text = item.partition("=")
-        *path, last = field.split(".")
-        node = config
-        for part in path:
-            node = node[part]
-        node[last] = type(node[last])(ast.literal_eval(text) if text[:1].isdigit() else text)
+    bench_common.apply_overrides(config, args.set)
     rules = rules_from_config(config)
     spec = spec_from_config(config, rules)
     networks = random_networks(spec, int(config.seed), rules)

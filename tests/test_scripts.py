@@ -113,3 +113,31 @@ def test_expeditions_follows_every_opened_expedition(tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("refit_strategy.py", f"--workdir={run}", "--weighting=cubic")
     assert "--weighting must be one of" in failure.value.stderr
+
+
+@pytest.mark.slow
+def test_time_to_strength_evaluates_at_the_marks_and_refuses_an_old_run(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot needs the plots extra")
+    run, out = tmp_path / "run", tmp_path / "tts.json"
+    args = ["--config=configs/default.py:smoke", f"--workdir={run}", "--opponents=random"]
+    args += ["--games=8", "--views=average_strategy,current", "--set=run.max_iterations=2"]
+    printed = _script(
+        "time_to_strength.py", *args, "--minutes=0.001,60", f"--json={out}", f"--plot={out}.png"
+    ).stdout
+    report = json.loads(out.read_text())
+    (record,) = report["records"]  # 60 minutes never come: max_iterations stops the run
+    assert record["minutes"] == 0.001 and record["trained_minutes"] >= 0.001
+    assert record["iteration"] == 1 and record["cpu_seconds"] > 0
+    for view in ("average_strategy", "current"):
+        assert record["eval"][view]["random"]["stderr"] >= 0
+    assert "60 min: not reached" in printed and (tmp_path / "tts.json.png").stat().st_size > 5000
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 2  # the trainer's own run, in the workdir
+    for bad, message in (
+        ([], "holds a run"),
+        (["--set=traversal.no_such_field=1"], "no field 'traversal.no_such_field'"),
+    ):
+        where = run if not bad else tmp_path / "other"
+        with pytest.raises(subprocess.CalledProcessError) as failure:
+            _script("time_to_strength.py", *args[:1], f"--workdir={where}", *bad)
+        assert message in failure.value.stderr

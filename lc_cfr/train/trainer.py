@@ -17,6 +17,7 @@ import datetime
 import functools
 import pathlib
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -339,11 +340,13 @@ class Trainer:
 
     # ----- the loop ----------------------------------------------------------------
 
-    def run(self) -> TrainState:
+    def run(self, after_iteration: Callable[[TrainState], bool] | None = None) -> TrainState:
         """Trains to run.max_iterations (or run.max_minutes), resuming the workdir's run;
-        returns once the last checkpoint is on disk."""
+        returns once the last checkpoint is on disk. `after_iteration(state)`, if given,
+        runs after every iteration (its time does not count against run.max_minutes) and
+        stops the run by returning True (scripts/time_to_strength.py evaluates there)."""
         try:
-            return self._run()
+            return self._run(after_iteration)
         finally:
             if self._checkpoints is not None:
                 self._checkpoints.close()  # the last (asynchronous) save lands here
@@ -372,7 +375,7 @@ class Trainer:
         logging.info("no checkpoint: starting at iteration 0")
         return self.initial_state(), None
 
-    def _run(self) -> TrainState:
+    def _run(self, after_iteration) -> TrainState:
         writer = distributed.is_writer()  # with several processes, process 0 writes alone
         state, last_row = self._resume()
         plan = self.plan
@@ -390,6 +393,12 @@ class Trainer:
         try:
             while state.iteration < plan.max_iterations:
                 state = self._step(state, metrics, progress)
+                if after_iteration is not None:
+                    paused = time.perf_counter()
+                    stop = after_iteration(state)
+                    started += time.perf_counter() - paused
+                    if stop:
+                        break
                 if plan.max_minutes > 0 and time.perf_counter() - started > 60 * plan.max_minutes:
                     break
             if writer:

@@ -1,0 +1,222 @@
+"""What a user gets for their time: margins against the bots at fixed wall times of training.
+
+Trains a config as `scripts/train.sh` does (the same `Trainer`, with its checkpoints,
+metrics and scheduled evaluations in --workdir) and, each time the training's wall time
+first passes one of the --minutes marks (15, 30, 60 and 120 by default), stops the clock
+and plays the state's policy views (--views) against the bots (all six by default),
+--games mirrored games each (every deal twice, seats swapped), greedy, on the config's
+evaluation seed; the run stops after the last mark. An iteration that passes several
+marks is evaluated once for all of them. The clock (wall seconds and this process's CPU
+seconds, which count every XLA thread) starts before the trainer is built, so start-up
+and compiles count as they do for a user; this script's own evaluations do not.
+
+It prints margin +- standard error per mark, view and bot; --json writes the figures and
+--plot draws margin against wall minutes and against CPU-seconds.
+
+    .venv/bin/python scripts/time_to_strength.py --workdir /tmp/tts \\
+        [--config configs/default.py] [--set traversal.leaf_decisions=8 ...] \\
+        [--minutes 15,30,60,120] [--opponents random,passive_discard,...] \\
+        [--games 2000] [--views average_strategy] [--json out.json] [--plot out.png]
+
+The workdir must not hold a run: a resumed run's clock would start at its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_common  # noqa: E402
+
+from lc_cfr import compile_cache  # noqa: E402
+from lc_cfr.bots import BOT_NAMES  # noqa: E402
+from lc_cfr.eval import POLICY_VIEWS, evaluate  # noqa: E402
+from lc_cfr.train.evaluation import policy_views  # noqa: E402
+from lc_cfr.train.trainer import Trainer  # noqa: E402
+
+DEFAULT_MARKS = "15,30,60,120"
+
+
+class Clock:
+    """Training time: wall and CPU seconds since the start, less the paused stretches."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def read(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+    def paused(self, since: tuple[float, float]) -> None:
+        """Moves the start on by what passed after `since` (a `read`)."""
+        wall, cpu = self.read()
+        self.wall += wall - since[0]
+        self.cpu += cpu - since[1]
+
+
+def margins(row: dict, views, opponents) -> dict:
+    """{view: {opponent: {margin, stderr, win_rate}}} of an `evaluate` row."""
+    return {
+        view: {
+            opponent: {
+                "margin": row[f"eval/{view}/{opponent}/margin_mean"],
+                "stderr": row[f"eval/{view}/{opponent}/margin_stderr"],
+                "win_rate": row[f"eval/{view}/{opponent}/win_rate"],
+            }
+            for opponent in opponents
+        }
+        for view in views
+    }
+
+
+def train_and_measure(config, workdir, marks, views, opponents, games) -> list[dict]:
+    """Trains until the last mark (or run.max_iterations); one record per mark reached."""
+    clock = Clock()
+    trainer = Trainer(config, workdir)
+    records: list[dict] = []
+    left = list(marks)
+
+    def after_iteration(state) -> bool:
+        now = clock.read()
+        passed = [m for m in left if now[0] >= 60 * m]
+        if not passed:
+            return False
+        row = evaluate(
+            trainer.rules,
+            trainer.spec,
+            policy_views(state, views),
+            opponents=opponents,
+            games=games,
+            seed=config.evaluation.seed,
+            fallback=trainer.options.all_negative_fallback,
+        )
+        for mark in passed:
+            left.remove(mark)
+            records.append(
+                {
+                    "minutes": mark,
+                    "trained_minutes": now[0] / 60,
+                    "cpu_seconds": now[1],
+                    "iteration": int(state.iteration),
+                    "eval": margins(row, views, opponents),
+                }
+            )
+            print_record(records[-1], views, opponents)
+        clock.paused(now)
+        return not left
+
+    trainer.run(after_iteration)
+    for mark in left:
+        print(
+            f"{mark:g} min: not reached (run.max_iterations={config.run.max_iterations} came first)"
+        )
+    return records
+
+
+def print_record(record: dict, views, opponents) -> None:
+    head = (
+        f"{record['minutes']:g} min (trained {record['trained_minutes']:.1f} min, "
+        f"{record['cpu_seconds']:.0f} CPU-s, iteration {record['iteration']})"
+    )
+    print(head, flush=True)
+    for view in views:
+        figures = record["eval"][view]
+        cells = [
+            f"{o} {figures[o]['margin']:+.2f} +- {figures[o]['stderr']:.2f}" for o in opponents
+        ]
+        print(f"  {view}: " + ", ".join(cells), flush=True)
+
+
+def plot(records: list[dict], views, opponents, out: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for axis, x_key, label in (
+        (axes[0], "trained_minutes", "training wall minutes"),
+        (axes[1], "cpu_seconds", "training CPU-seconds"),
+    ):
+        x = [r[x_key] for r in records]
+        for view in views:
+            for opponent in opponents:
+                y = [r["eval"][view][opponent]["margin"] for r in records]
+                err = [r["eval"][view][opponent]["stderr"] for r in records]
+                name = opponent if len(views) == 1 else f"{view} / {opponent}"
+                axis.errorbar(x, y, yerr=err, marker="o", capsize=3, label=name)
+        axis.axhline(0.0, color="grey", linewidth=0.8)
+        axis.set_xlabel(label)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("margin, points a game (mirrored)")
+    axes[1].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(out, dpi=110)
+
+
+def names(text: str, valid, flag: str) -> tuple[str, ...]:
+    chosen = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in chosen if n not in valid]
+    if unknown or not chosen:
+        raise SystemExit(f"{flag}: unknown {unknown or 'empty'}; choose from {list(valid)}")
+    return chosen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", required=True, help="a new run directory")
+    parser.add_argument("--config", default="configs/default.py", help="path[:presets]")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--minutes", default=DEFAULT_MARKS, help="comma-separated marks")
+    parser.add_argument("--opponents", default=",".join(BOT_NAMES))
+    parser.add_argument("--games", type=int, default=2000, help="per view and bot (even)")
+    parser.add_argument("--views", default="average_strategy")
+    parser.add_argument("--json", help="write the records here")
+    parser.add_argument("--plot", help="write margin against time here (png)")
+    args = parser.parse_args()
+
+    try:
+        marks = sorted({float(m) for m in args.minutes.split(",") if m.strip()})
+    except ValueError:
+        raise SystemExit(f"--minutes: numbers, comma-separated; got {args.minutes!r}") from None
+    if not marks or marks[0] <= 0:
+        raise SystemExit(f"--minutes: every mark must be > 0, got {args.minutes!r}")
+    if args.games < 2 or args.games % 2:
+        raise SystemExit(f"--games must be even and >= 2 (mirrored deals), got {args.games}")
+    opponents = names(args.opponents, BOT_NAMES, "--opponents")
+    views = names(args.views, POLICY_VIEWS, "--views")
+    workdir = pathlib.Path(args.workdir)
+    if (workdir / "metrics.jsonl").exists() or (workdir / "checkpoints").exists():
+        raise SystemExit(f"--workdir: {workdir} holds a run; time_to_strength needs a new one")
+    config = bench_common.load_config(args.config)
+    bench_common.apply_overrides(config, args.set)
+    config.run.max_minutes = 0.0  # the marks stop the run
+    config.run.progress_bar = False
+    if "sd_cfr" in views and config.sd_cfr.snapshots < 1:
+        raise SystemExit("--views sd_cfr needs --set sd_cfr.snapshots=K (K >= 1)")
+
+    compile_cache.enable(compile_cache.directory())  # as lc_cfr.main: what a user gets
+    records = train_and_measure(config, workdir, marks, views, opponents, args.games)
+    report = {
+        "config": args.config,
+        "overrides": args.set,
+        "games": args.games,
+        "views": list(views),
+        "opponents": list(opponents),
+        "marks": marks,
+        "records": records,
+    }
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(report, indent=1))
+    if args.plot and records:
+        plot(records, views, opponents, pathlib.Path(args.plot))
+
+
+if __name__ == "__main__":
+    main()
