@@ -152,6 +152,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # then the minimum), so the fit keeps up as the memory grows; 0 = advantage_updates.
     config.optimization.advantage_epochs = 0.0
     config.optimization.advantage_batch_size = 1024  # samples per update
+    # Share of each iteration's advantage samples kept out of the memory; after training,
+    # the network's loss on them is loss/advantage_heldout_p{p}, beside the training loss
+    # loss/advantage_p{p}: both high = underfit, held-out far above = noise or overfit.
+    config.optimization.advantage_holdout = 0.0  # 0 = every sample is remembered
     config.optimization.strategy_updates = 512  # updates per strategy training
     config.optimization.strategy_batch_size = 1024  # samples per update
     config.optimization.advantage_init = "scratch"  # scratch | warm_start

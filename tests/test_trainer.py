@@ -161,6 +161,22 @@ def test_value_leaves_train_the_value_network_and_report_the_guard(tmp_path):
     assert -1 <= row["traversal/leaf_corr_p0"] <= 1 and row["traversal/leaf_rmse_p0"] >= 0
 
 
+def test_held_out_advantage_samples_stay_out_of_the_memory_and_are_scored(tmp_path):
+    config = smoke_config(**{"run.max_iterations": 1, "optimization.advantage_holdout": 0.25})
+    config.evaluation.eval_every = 0
+    state = Trainer(config, tmp_path).run()
+    (row,) = _rows(tmp_path)
+    held = [row[f"memory/advantage_heldout_p{p}"] for p in (0, 1)]
+    seen = [int(memory.seen) for memory in state.advantage_memory]
+    assert sum(held) > 0 and sum(seen) + sum(held) == row["traversal/advantage_samples"]
+    for p in (0, 1):
+        assert row[f"memory/advantage_p{p}_seen"] == seen[p]
+        if held[p]:
+            assert row[f"loss/advantage_heldout_p{p}"] >= 0
+    with pytest.raises(ValueError, match="optimization.advantage_holdout"):
+        Trainer(smoke_config(**{"optimization.advantage_holdout": 1.0}), tmp_path / "bad")
+
+
 def test_traversal_compiles_once_across_iterations_and_players(tmp_path):
     config = smoke_config(**{"run.max_iterations": 3, "traversal.traversals_per_player": 10})
     before = lockstep._run._cache_size()

@@ -33,6 +33,7 @@ class Use(enum.IntEnum):
     STRATEGY_ADD = 2  # reservoir slots of the strategy samples a player's traversal made
     REINIT = 3  # advantage_init='scratch': the network re-drawn every iteration
     TRAIN = 4  # the learner's batches
+    HOLDOUT = 5  # optimization.advantage_holdout: which advantage samples are held out
     # the SD_CFR stream's own uses (their numbers repeat INIT's and ADVANTAGE_ADD's, as
     # aliases, in a stream that has neither)
     SNAPSHOT_DRAW = 0  # whether this iteration's networks enter the reservoir

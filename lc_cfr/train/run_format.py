@@ -72,6 +72,7 @@ ADDED_FIELDS = {
     "traversal.path_epsilon": 0.0,
     "traversal.leaf_decisions": 0,
     "traversal.leaf_check_share": 0.1,
+    "optimization.advantage_holdout": 0.0,
     "traversal.outcome_estimator": "importance",
     "traversal.value_lambda": 1.0,
     "regret_matching.floor": 0.0,

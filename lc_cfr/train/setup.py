@@ -70,6 +70,7 @@ class Training(NamedTuple):
     seed: int
     advantage_init: str  # optimization.advantage_init: scratch | warm_start
     advantage_epochs: float  # optimization.advantage_epochs (updates floor: the learner's)
+    advantage_holdout: float  # optimization.advantage_holdout: share kept out; 0 = none
     strategy_train_every: int
     non_finite: str  # optimization.non_finite: stop | skip
     weighting: str  # training_weighting.mode
@@ -374,6 +375,9 @@ def training_from_config(config) -> Training:
         raise ValueError(
             f"optimization.advantage_epochs must be a number >= 0, got {opt.advantage_epochs!r}"
         )
+    holdout = opt.advantage_holdout
+    if not isinstance(holdout, (int, float)) or not 0.0 <= holdout < 1.0:
+        raise ValueError(f"optimization.advantage_holdout must be in [0, 1), got {holdout!r}")
     if opt.strategy_train_every < 1:
         raise ValueError("optimization.strategy_train_every must be >= 1")
     if sp.league_size < 1 or sp.snapshot_every < 1:
@@ -390,6 +394,7 @@ def training_from_config(config) -> Training:
         seed=config.seed,
         advantage_init=opt.advantage_init,
         advantage_epochs=float(opt.advantage_epochs),
+        advantage_holdout=float(holdout),
         strategy_train_every=opt.strategy_train_every,
         non_finite=opt.non_finite,
         weighting=config.training_weighting.mode,

@@ -24,7 +24,9 @@ import jax.numpy as jnp
 
 from lc_cfr.game.rules import Rules
 from lc_cfr.learn import api as learn_api
+from lc_cfr.learn.learner import advantage_loss
 from lc_cfr.memory import reservoir
+from lc_cfr.nets import mlp
 from lc_cfr.train import anatomy, health
 from lc_cfr.train.run_format import TrainState
 from lc_cfr.traversal import api
@@ -209,6 +211,44 @@ def train_advantage(
     row[f"loss/advantage_p{p}_first"] = float(losses["loss_first"])
     row[f"memory/advantage_p{p}_fill"] = int(memory.size) / reservoir.capacity_of(memory)
     row[f"memory/advantage_p{p}_seen"] = int(memory.seen)
+
+
+class HeldOut(NamedTuple):
+    """Advantage samples of one traversal call kept out of the memory (S rows)."""
+
+    info: jax.Array  # [S, E] float32
+    mask: jax.Array  # [S, A] bool
+    target: jax.Array  # [S, A] float32
+    valid: jax.Array  # [S] bool the row is held out
+
+
+def hold_out(samples: api.Samples, share: float, key) -> tuple[api.Samples, HeldOut]:
+    """(the samples the memory gets, the held-out ones): each valid advantage sample is
+    held out with probability `share`, drawn from `key`."""
+    out = jax.random.uniform(key, samples.advantage_valid.shape) < share
+    held = HeldOut(
+        samples.advantage_info,
+        samples.advantage_mask,
+        samples.advantage_target,
+        samples.advantage_valid & out,
+    )
+    return samples._replace(advantage_valid=samples.advantage_valid & ~out), held
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _held_out_loss(spec, params, held: HeldOut):
+    raw = mlp.apply(spec, params, held.info)
+    return advantage_loss(raw, held.mask, held.target, held.valid.astype(jnp.float32))
+
+
+def held_out_loss(work: Work, p: int, held: HeldOut, *, spec) -> None:
+    """Player p's trained advantage network on its held-out samples, unweighted (all of
+    one iteration): loss/advantage_heldout_p{p}, and their count."""
+    count = int(jnp.sum(held.valid))
+    work.row[f"memory/advantage_heldout_p{p}"] = count
+    if count:
+        loss = _held_out_loss(spec, work.advantage_params[p], held)
+        work.row[f"loss/advantage_heldout_p{p}"] = float(loss)
 
 
 # what an error message calls the networks that `train_network` trains

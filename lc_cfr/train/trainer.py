@@ -208,6 +208,10 @@ class Trainer:
             rules=self.rules,
             guard=self._guard,
         )
+        held = None
+        if self.training.advantage_holdout > 0:
+            holdout_key = self.key(t, p, KeyUse.HOLDOUT)
+            samples, held = steps.hold_out(samples, self.training.advantage_holdout, holdout_key)
         if p == 0 and self._checkpoints is not None:
             # the last save may still be reading the memories this add donates
             with steps.timed(work.row, "checkpoint_wait_seconds"):
@@ -232,6 +236,8 @@ class Trainer:
             train_key=self.key(t, p, KeyUse.TRAIN),
             guard=self._guard,
         )
+        if held is not None:
+            steps.held_out_loss(work, p, held, spec=self.spec)
 
     def _train_network(self, work: steps.Work, name: str, trained, memory, learner, owner, due):
         """The `name` network ('strategy' or 'value') after its training call of this
