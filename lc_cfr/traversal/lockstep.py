@@ -789,7 +789,7 @@ class _Traversals:
             history, baseline, value_forwards = self.history_values(lanes.step, game, mask, played)
             forwards = forwards + value_forwards
         if self.leaves:
-            at_leaf = deciding & is_traverser & self._past_leaf_point(lanes)
+            at_leaf = deciding & is_traverser & self._at_leaf_point(lanes)
             leaf, history, leaf_value = self.leaf_values(game, mask, played, at_leaf)
             deciding = deciding & ~(at_leaf & ~leaf)  # beyond the value batch: wait a step
         return _Node(
@@ -806,7 +806,7 @@ class _Traversals:
             leaf_value=leaf_value,
         )
 
-    def _past_leaf_point(self, lanes: _Lanes):
+    def _at_leaf_point(self, lanes: _Lanes):
         """[L] bool the lane's current child has reached its leaf point and not yet passed
         it: below the deepest expanded node (where no traverser decision is expanded),
         `leaf_point` decisions past it."""
