@@ -135,6 +135,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # Read the encoding's own_known block (own cards the opponent saw us take from a pile);
     # False drops it before the first layer (networks trained before it existed).
     config.network.own_known_input = True
+    # Also feed the first layer features derived from the encoding (per colour: live cards
+    # above one's top, projected score, cards to the bonus; a discard's danger; turns left;
+    # lc_cfr.nets.features)
+    config.network.strategic_features = False
     # Matmul dtype of every forward and of training, both paths: float32 | bfloat16 (mixed
     # precision: float32 parameters and losses, bfloat16 layers; docs/performance.md).
     config.network.compute_dtype = "float32"

@@ -14,6 +14,10 @@ kernels [in, out] are transposed).
 block: `network_input` drops its columns before layer_0, so layer_0 is E - N wide (the
 torch MLP drops the same columns).
 
+`NetworkSpec.strategic_features=True` appends `lc_cfr.nets.features.strategic_features`
+of the encoding (per-colour live cards, projected scores, the danger of a discard, the
+turns left) to what layer_0 reads; the torch MLP computes the same features bit for bit.
+
 `NetworkSpec.compute_dtype='bfloat16'` (config `network.compute_dtype`) is the usual mixed
 precision: the parameters stay float32 (optimizer, checkpoints and layouts unchanged), each
 Dense layer casts its input, kernel and bias to bfloat16 and computes in bfloat16, and
@@ -32,7 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lc_cfr.game.rules import CARD_BLOCKS
+from lc_cfr.game.rules import CARD_BLOCKS, Rules
+from lc_cfr.nets import features
 
 # gelu is the exact (erf) form, as torch.nn.GELU() computes by default.
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -75,6 +80,10 @@ class NetworkSpec:
             from before the block existed: networks with and without the feature can be
             compared on the same data, and parameters saved before it still load. The
             input `x` keeps its full width `input_size` either way.
+        strategic_features: whether layer_0 also reads the features of
+            `lc_cfr.nets.features` (computed from x, appended after it): `feature_size(rules)`
+            more inputs. They need `rules`.
+        rules: the variant whose encoding x holds (strategic features only).
         compute_dtype: one of COMPUTE_DTYPES, what the forward computes in: 'float32', or
             'bfloat16' (mixed precision: float32 parameters cast to bfloat16 for each
             layer, float32 raw outputs; see the module doc). It changes no parameter or
@@ -91,6 +100,8 @@ class NetworkSpec:
     hand_size: int = 0
     own_known_input: bool = True
     compute_dtype: str = "float32"
+    strategic_features: bool = False
+    rules: Rules | None = None
 
     def __post_init__(self):
         for name in ("input_size", "num_actions", "hidden_size", "num_layers"):
@@ -126,6 +137,17 @@ class NetworkSpec:
                 f"own_known block at {OWN_KNOWN_BLOCK} * n_cards inside input_size="
                 f"{self.input_size}), got n_cards={self.n_cards}"
             )
+        if not isinstance(self.strategic_features, bool):
+            raise ValueError(
+                f"network.strategic_features must be a bool, got {self.strategic_features!r}"
+            )
+        if self.strategic_features and not (
+            isinstance(self.rules, Rules) and self.rules.encoding_size <= self.input_size
+        ):
+            raise ValueError(
+                "network.strategic_features=True needs the rules whose encoding the input "
+                f"holds (encoding_size <= input_size={self.input_size}), got {self.rules!r}"
+            )
         if not isinstance(self.compute_dtype, str) or self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(
                 f"network.compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, got "
@@ -147,8 +169,12 @@ class NetworkSpec:
 
     @property
     def first_layer_inputs(self) -> int:
-        """Inputs of layer_0: E, or E - N when the `own_known` block is dropped."""
-        return self.input_size if self.own_known_input else self.input_size - self.n_cards
+        """Inputs of layer_0: E, less N when the `own_known` block is dropped, plus the
+        strategic features when they are read."""
+        size = self.input_size if self.own_known_input else self.input_size - self.n_cards
+        if self.strategic_features:
+            size += features.feature_size(self.rules)
+        return size
 
     @property
     def layer_names(self) -> tuple[str, ...]:
@@ -182,11 +208,21 @@ class _MLP(nn.Module):
 
 def network_input(spec: NetworkSpec, x: jax.Array) -> jax.Array:
     """What layer_0 reads of encodings [..., E]: x, less the `own_known` block when
-    `spec.own_known_input` is False ([..., E - N], the rest in order)."""
-    if spec.own_known_input:
-        return x
-    start, stop = spec.own_known_columns
-    return jnp.concatenate([x[..., :start], x[..., stop:]], axis=-1)
+    `spec.own_known_input` is False ([..., E - N], the rest in order), then the strategic
+    features of x when `spec.strategic_features` is True."""
+    parts = [x]
+    if not spec.own_known_input:
+        start, stop = spec.own_known_columns
+        parts = [x[..., :start], x[..., stop:]]
+    if spec.strategic_features:
+        parts.append(
+            features.strategic_features(spec.rules, x, constant=jnp.asarray, concatenate=_join_last)
+        )
+    return parts[0] if len(parts) == 1 else _join_last(parts)
+
+
+def _join_last(parts) -> jax.Array:
+    return jnp.concatenate(parts, axis=-1)
 
 
 def card_outputs_to_slots(spec: NetworkSpec, x: jax.Array, raw: jax.Array) -> jax.Array:

@@ -7,7 +7,9 @@
 parameters move between flax and torch with `mlp.to_layout` / `mlp.from_layout`.
 
 With `spec.own_known_input=False` the forward drops the encoding's `own_known` columns
-before layer_0, as `lc_cfr.nets.mlp.apply` does, so layer_0 is E - N wide in both.
+before layer_0, as `lc_cfr.nets.mlp.apply` does, so layer_0 is E - N wide in both; with
+`spec.strategic_features=True` it appends `lc_cfr.nets.features.strategic_features`, the
+same function the flax MLP calls, on torch tensors.
 
 With `spec.compute_dtype='bfloat16'` the forward runs its layers under bfloat16 autocast
 (the Linear layers cast input, weight and bias to bfloat16, as the flax Dense layers do)
@@ -29,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lc_cfr.nets import features
 from lc_cfr.nets.mlp import NetworkSpec, check_layout, layout_shapes
 
 # gelu is the exact (erf) form, as flax's nn.gelu(approximate=False) in lc_cfr.nets.mlp.
@@ -81,9 +84,20 @@ class TorchMLP(nn.Module):
         in `spec.compute_dtype` (float32 outputs either way, also under a caller's
         autocast)."""
         x = x.to(torch.float32)
+        parts = [x]
         if self._dropped is not None:
             start, stop = self._dropped
-            x = torch.cat([x[..., :start], x[..., stop:]], dim=-1)
+            parts = [x[..., :start], x[..., stop:]]
+        if self.spec.strategic_features:
+            parts.append(
+                features.strategic_features(
+                    self.spec.rules,
+                    x,
+                    constant=lambda a: torch.as_tensor(a, device=x.device),
+                    concatenate=lambda xs: torch.cat(xs, dim=-1),
+                )
+            )
+        x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
         if not self._bfloat16:
             return self._layers(x).to(torch.float32)
         # Entered only for bfloat16: even a disabled autocast costs microseconds per call.

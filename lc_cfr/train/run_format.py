@@ -67,6 +67,7 @@ VALUE_NETWORK_FIELDS = (
 # Fields added after runs were first written, with the value that reproduces what those
 # runs did: a saved config without them means exactly these settings.
 ADDED_FIELDS = {
+    "network.strategic_features": False,
     "traversal.lockstep_schedule": "all_lanes",
     "traversal.expand_at": "root",
     "traversal.path_epsilon": 0.0,

@@ -184,6 +184,8 @@ def spec_from_config(config, rules: Rules) -> mlp.NetworkSpec:
         hand_size=rules.hand_size,
         own_known_input=bool(config.network.own_known_input),
         compute_dtype=config.network.get("compute_dtype", "float32"),
+        strategic_features=config.network.strategic_features,
+        rules=rules,
     )
 
 
