@@ -95,6 +95,9 @@ def _command(workdir: pathlib.Path, iterations: int, *extra: str) -> list[str]:
         workdir,
         f"--config.run.max_iterations={iterations}",
         "--config.evaluation.eval_every=2",  # the sharded evaluation runs at iteration 2
+        # one view: a second is a second compile in every process, and the current view
+        # sharded is tests/test_sharding.py's (current_greedy)
+        "--config.evaluation.views=average_strategy",
         *extra,
     )
 

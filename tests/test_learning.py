@@ -66,6 +66,9 @@ def _config(estimator: Estimator):
     config.run.progress_bar = False
     config.logging.tensorboard = False
     config.checkpoint.save_every = 0
+    # only the last iteration is saved (the evaluate CLI check reads it): a save every
+    # iteration cost about half a second each and changes no figure
+    config.checkpoint.save_latest = False
     config.evaluation.exploitability_every = ITERATIONS
     config.evaluation.views = ",".join(VIEWS)
     config.sd_cfr.snapshots = 8
