@@ -25,7 +25,7 @@ def _jax(rules, x):
         features.strategic_features(
             rules,
             jnp.asarray(x),
-            constant=jnp.asarray,
+            constants=features.tables(rules).converted(jnp.asarray),
             concatenate=lambda xs: jnp.concatenate(xs, -1),
         )
     )
@@ -35,7 +35,7 @@ def _torch(rules, x):
     return features.strategic_features(
         rules,
         torch.as_tensor(x),
-        constant=torch.as_tensor,
+        constants=features.tables(rules).converted(torch.as_tensor),
         concatenate=lambda xs: torch.cat(xs, -1),
     ).numpy()
 

@@ -25,7 +25,8 @@ when one's turns cannot play all of them.
 Why derived here and not by the engines: every feature is a function of the encoding, so
 the memories store nothing new (the packed codec and every saved run are unchanged), the
 two engines need no new code to agree, and one function serves the flax and the torch
-MLP: `strategic_features` takes the array operations it needs as arguments and uses only
+MLP: `strategic_features` takes its constants as arrays of the caller's kind and the one
+array function it needs (a concatenation) as arguments, and otherwise uses only
 operators both libraries share. Every value is a small integer times a power of two and
 every sum is of small integers, so the two networks read bit-identical inputs
 (tests/test_features.py holds them to it).
@@ -36,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,17 +60,22 @@ def feature_size(rules: Rules) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Tables:
-    """Per-rank constants of a colour ([K] over a colour's cards, wagers first)."""
+class Tables:
+    """Per-rank constants of a colour ([K] over a colour's cards, wagers first), numpy
+    arrays from `tables` or a backend's arrays from `converted`."""
 
-    value: np.ndarray  # [K] float32, face value (0 for a wager)
-    is_wager: np.ndarray  # [K] float32, 1 for a wager
-    blocks: np.ndarray  # [K, K] float32, blocks[i, j] = 1: card i on the expedition blocks j
+    value: Any  # [K] float32, face value (0 for a wager)
+    is_wager: Any  # [K] float32, 1 for a wager
+    blocks: Any  # [K, K] float32, blocks[i, j] = 1: card i on the expedition blocks j
+
+    def converted(self, asarray: Callable[[np.ndarray], Any]) -> Tables:
+        """The same tables as arrays of another kind (jnp.asarray, torch.as_tensor)."""
+        return Tables(*(asarray(getattr(self, f.name)) for f in dataclasses.fields(self)))
 
 
 @functools.cache
-def tables(rules: Rules) -> _Tables:
-    """The constants of `rules` as numpy arrays (a backend converts them once)."""
+def tables(rules: Rules) -> Tables:
+    """The constants of `rules` as numpy arrays."""
     k, w = rules.cards_per_color, rules.n_wagers
     within = np.arange(k)
     is_wager = within < w
@@ -79,15 +86,15 @@ def tables(rules: Rules) -> _Tables:
     blocks = numbered_i & (is_wager[None, :] | (within[:, None] >= within[None, :]))
     blocks = blocks | np.eye(k, dtype=bool)
     f32 = np.float32
-    return _Tables(value.astype(f32), is_wager.astype(f32), blocks.astype(f32))
+    return Tables(value.astype(f32), is_wager.astype(f32), blocks.astype(f32))
 
 
 def strategic_features(
     rules: Rules,
     x,
     *,
-    constant: Callable[[np.ndarray], object],
-    concatenate: Callable[[Sequence[object]], object],
+    constants: Tables,
+    concatenate: Callable[[Sequence[Any]], Any],
 ):
     """[..., F] features (`feature_size`) of encodings x [..., E'] (E' >= E: a history
     input appends columns after the encoding, which are not read).
@@ -95,12 +102,11 @@ def strategic_features(
     Args:
         rules: the variant whose encoding x holds.
         x: float32 encodings, a jax array or a torch tensor.
-        constant: numpy array -> an array of x's kind (jnp.asarray, torch.as_tensor).
+        constants: `tables(rules)` as arrays of x's kind (`Tables.converted`).
         concatenate: joins a list of arrays along the last axis.
     """
     n, c, k = rules.n_cards, rules.n_colors, rules.cards_per_color
-    t = tables(rules)
-    value, is_wager, blocks = constant(t.value), constant(t.is_wager), constant(t.blocks)
+    value, is_wager, blocks = constants.value, constants.is_wager, constants.blocks
 
     def cards(block: int):
         return x[..., block * n : (block + 1) * n].reshape(tuple(x.shape[:-1]) + (c, k))
@@ -114,7 +120,8 @@ def strategic_features(
         open_ = ((expedition @ blocks) < 0.5) * 1.0
         live = open_ * (1.0 - gone)
         held = held_cards * open_
-        count = expedition.sum(-1) + held.sum(-1)
+        held_count = held.sum(-1)
+        count = expedition.sum(-1) + held_count
         total = (expedition * value).sum(-1) + (held * value).sum(-1)
         wagers = (expedition * is_wager).sum(-1) + (held * is_wager).sum(-1)
         bonus = (count >= rules.bonus_threshold) * float(rules.bonus_amount)
@@ -123,20 +130,21 @@ def strategic_features(
         quantities = (
             live.sum(-1),
             (live * value).sum(-1),
-            held.sum(-1),
+            held_count,
             (held * value).sum(-1),
             projected,
             gap * (gap > 0),
         )
         per_colour = [q * scale for q, scale in zip(quantities, _SCALES, strict=True)]
-        return concatenate(per_colour), live, open_, held.sum(-1).sum(-1)
+        return concatenate(per_colour), live, open_, held_count.sum(-1)
 
     own_colours, own_live, _, own_held = side(own, hand)
     opp_colours, opp_live, opp_open, _ = side(opp, opp_known)
     gift = hand * opp_open * (opp.sum(-1)[..., None] > 0)
     flat = tuple(x.shape[:-1]) + (n,)
 
-    deck = x[..., 8 * n : 8 * n + 1] * (1.0 / rules.deck_scale)
+    scalars = len(CARD_BLOCKS) * n  # the deck size opens the scalars (docs/game.md)
+    deck = x[..., scalars : scalars + 1] * (1.0 / rules.deck_scale)
     turn = x[..., rules.encoding_size - 1 : rules.encoding_size] * (1.0 / rules.turn_scale)
     left = rules.max_turns - turn
     remaining = left - (left - deck) * ((left - deck) > 0)  # min(deck, left), as operators

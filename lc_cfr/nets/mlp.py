@@ -215,8 +215,9 @@ def network_input(spec: NetworkSpec, x: jax.Array) -> jax.Array:
         start, stop = spec.own_known_columns
         parts = [x[..., :start], x[..., stop:]]
     if spec.strategic_features:
+        constants = features.tables(spec.rules).converted(jnp.asarray)
         parts.append(
-            features.strategic_features(spec.rules, x, constant=jnp.asarray, concatenate=_join_last)
+            features.strategic_features(spec.rules, x, constants=constants, concatenate=_join_last)
         )
     return parts[0] if len(parts) == 1 else _join_last(parts)
 

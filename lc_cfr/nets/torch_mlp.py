@@ -64,6 +64,9 @@ class TorchMLP(nn.Module):
         # Where the columns layer_0 does not read lie (see `forward`); None keeps them all.
         self._dropped = None if spec.own_known_input else spec.own_known_columns
         self._bfloat16 = spec.compute_dtype == "bfloat16"
+        # features.tables(spec.rules) as tensors, by device (the recursive backend forwards
+        # one state at a time: converting them in every forward would cost more than they)
+        self._feature_constants: dict[torch.device, features.Tables] = {}
         for name, fan_in, fan_out in spec.layer_sizes():
             setattr(self, name, nn.Linear(fan_in, fan_out, dtype=torch.float32))
         self.reset_parameters(generator=generator)
@@ -93,7 +96,7 @@ class TorchMLP(nn.Module):
                 features.strategic_features(
                     self.spec.rules,
                     x,
-                    constant=lambda a: torch.as_tensor(a, device=x.device),
+                    constants=self._constants_on(x.device),
                     concatenate=lambda xs: torch.cat(xs, dim=-1),
                 )
             )
@@ -107,6 +110,13 @@ class TorchMLP(nn.Module):
         with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=False):
             out = self._layers(x)
         return out.to(torch.float32)
+
+    def _constants_on(self, device: torch.device) -> features.Tables:
+        if device not in self._feature_constants:
+            self._feature_constants[device] = features.tables(self.spec.rules).converted(
+                lambda a: torch.as_tensor(a, device=device)
+            )
+        return self._feature_constants[device]
 
     def _layers(self, x: torch.Tensor) -> torch.Tensor:
         for i in range(self.spec.num_layers):
