@@ -12,9 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl import app
 from config_helpers import default_config
 
 from lc_cfr import eval as lc_eval
+from lc_cfr import evaluate
 from lc_cfr.bots import jax_bots
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
@@ -376,8 +378,11 @@ def test_cli_evaluates_a_trained_run(tmp_path):
         for name in lc_eval.METRICS + lc_eval.TIMING_METRICS:
             assert f"eval/{view}/noisy_safe/{name}" in metrics
         assert metrics[f"eval/{view}/noisy_safe/games"] == GAMES
-    bad = _cli(f"--workdir={workdir}", "--checkpoint=7", "--games=4", check=False)
-    assert bad.returncode != 0 and "--checkpoint" in bad.stderr
+    # the bad values below are refused in-process (no interpreter and JAX import each):
+    # lc_cfr.evaluate.main turns every app.UsageError into a one-line error and a non-zero
+    # exit, which test_cli_bot_against_bot checks on the command line
+    with pytest.raises(app.UsageError, match="--checkpoint"):
+        evaluate.run_request(evaluate.parse_request(workdir=str(workdir), checkpoint=7, games=4))
     # the same networks played in bfloat16 forwards: greedy margins close to float32's
     # (8 lanes, 4 a seat: one phase, half the compile of LANES' two; no test above
     # compiles a bfloat16 loop for this one to meet in the cache)
@@ -394,8 +399,8 @@ def test_cli_evaluates_a_trained_run(tmp_path):
     bf16 = json.loads(out.read_text())
     assert bf16["compute_dtype"] == "bfloat16" and document["compute_dtype"] == "float32"
     assert bf16["metrics"]["eval/average_strategy/noisy_safe/games"] == GAMES
-    bad = _cli(f"--workdir={workdir}", "--compute_dtype=float8", check=False)
-    assert bad.returncode != 0 and "--compute_dtype must be one of" in bad.stderr
+    with pytest.raises(app.UsageError, match="--compute_dtype must be one of"):
+        evaluate.parse_request(workdir=str(workdir), compute_dtype="float8")
 
 
 @pytest.mark.slow
