@@ -70,12 +70,14 @@ def _single_forward(spec: mlp.NetworkSpec):
     return jax.jit(lambda params, obs: mlp.apply(spec, params, obs[None])[0])
 
 
-def _network_policy(view, params, fallback):
+def _network_policy(view, params, fallback, draws="any"):
     """A reference agent: (state, player, game id, decision, seed, mode) -> action."""
     fn = _single(RULES)
 
     def act(state, player, game_id, decision, seed, mode):
         mask = fn["mask"](state)
+        if draws == "deck":
+            mask = mask & (np.arange(RULES.num_actions) <= 2 * RULES.hand_size)
         raw = _single_forward(SPEC)(
             params if view == "average_strategy" else params[player], fn["observe"](state, player)
         )
@@ -286,6 +288,23 @@ def test_greedy_and_sampled():
     assert not np.array_equal(greedy.margin, sampled.margin)
     for name in lc_eval.GameRecords._fields:
         np.testing.assert_array_equal(getattr(run("sampled"), name), getattr(sampled, name))
+
+
+def test_deck_only_draws_mask_the_pile_draws():
+    # the counterfactual of scripts/stalling.py: the same policy, renormalised over the
+    # deck draw at every draw decision, game by game as the one-game-at-a-time reference
+    views = _views(40)
+    agent = lc_eval.network_agent("current", "sampled", "uniform", draws="deck")
+    records = lc_eval.play(
+        RULES, SPEC, agent, "noisy_safe", views["current"], games=GAMES, seed=SEED, lanes=LANES
+    ).records
+    assert records.pile_draws.sum() == 0 and records.deck_draws.sum() > 0
+    reference = _network_policy("current", views["current"], "uniform", draws="deck")
+    assert _records_as_rows(records) == reference_games(
+        reference, "noisy_safe", GAMES, SEED, "sampled"
+    )
+    with pytest.raises(ValueError, match="draws must be one of"):
+        lc_eval.network_agent("current", draws="piles")
 
 
 def test_compiles_once_across_calls():

@@ -92,6 +92,24 @@ def test_expeditions_follows_every_opened_expedition(tmp_path):
         _script("expeditions.py", f"--workdir={tmp_path / 'none'}")
     assert "does not exist" in failure.value.stderr
 
+    # the same run's current policy with and without its pile draws (item 3 of issue 23)
+    stalling = tmp_path / "stalling.json"
+    _script(
+        "stalling.py",
+        f"--workdir={run}",
+        "--views=current",
+        "--opponents=random",
+        "--games=8",
+        f"--json={stalling}",
+    )
+    (row,) = json.loads(stalling.read_text())["rows"]
+    assert row["deck"]["pile_draw_share"] == 0.0
+    gain = row["any"]["margin"] - row["deck"]["margin"]
+    assert row["pile_draw_gain"] == pytest.approx(gain)
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("stalling.py", f"--workdir={run}", "--views=current", "--games=3")
+    assert "--games must be even" in failure.value.stderr
+
     # the same run's strategy network refitted from scratch on its own memory, then
     # both networks evaluated on the same deals
     refit = tmp_path / "refit.json"

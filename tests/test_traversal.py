@@ -147,6 +147,7 @@ def test_options_are_validated_naming_the_field():
             ),
             "traversal.leaf_check_share",
         ),
+        (dict(leaf_targets="playouts"), "traversal.leaf_targets"),
     ]
     for overrides, field in bad:
         lanes = overrides.pop("lanes", LANES)

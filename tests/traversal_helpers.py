@@ -238,7 +238,7 @@ TRAVERSAL_CASES = {
         dict(_EXTERNAL, expand_at="sampled", max_depth=1, leaf_decisions=2, leaf_check_share=0.5),
         lanes=3,
     ),
-    "external_path_leaves_depth2_eps": _C(
+    "external_path_leaves_depth2_eps_leaf_targets": _C(
         dict(
             _EXTERNAL,
             expand_at="path",
@@ -246,6 +246,7 @@ TRAVERSAL_CASES = {
             path_epsilon=0.3,
             leaf_decisions=1,
             leaf_check_share=0.4,
+            leaf_targets="leaves",
             strategy_samples="both",
         ),
         traverser=0,

@@ -11,6 +11,7 @@ metrics in `lc_cfr.eval.metrics`.
 from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, Snapshots, evaluate, evaluate_bots, metric_key
 from lc_cfr.eval.games import (
     DEFAULT_LANES,
+    DRAWS,
     MODES,
     VIEWS,
     Agent,
@@ -25,6 +26,7 @@ from lc_cfr.eval.metrics import METRICS, TIMING_METRICS, summarize
 
 __all__ = [
     "DEFAULT_LANES",
+    "DRAWS",
     "METRICS",
     "MODES",
     "TIMING_METRICS",

@@ -175,6 +175,7 @@ def evaluate(
     fallback: str = "argmax_tiebreak",
     lanes: int | None = None,
     devices: int | None = None,
+    draws: str = "any",
 ) -> dict[str, float]:
     """Evaluates policy views against bots; every deal is played twice, seats swapped.
 
@@ -194,6 +195,7 @@ def evaluate(
         devices together.
       devices: devices the deals are split over (`games.play`; default: every device of
         every process, each of which must then make the same call).
+      draws: `any`, or `deck` to mask the views' pile draws (`games.Agent`).
 
     Returns:
       {`eval/<view>/<opponent>/<metric>`: float} for the metrics of `lc_cfr.eval.metrics`.
@@ -218,7 +220,7 @@ def evaluate(
     eval_games.check_games(games, lanes)
     agents = {
         view: eval_games.network_agent(
-            "current" if view == SD_CFR else view, view_modes[view], fallback
+            "current" if view == SD_CFR else view, view_modes[view], fallback, draws
         )
         for view in params_views
     }

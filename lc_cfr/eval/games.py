@@ -76,6 +76,9 @@ from lc_cfr.traversal import sharding
 
 VIEWS = ("average_strategy", "current")
 MODES = ("greedy", "sampled")
+# Which draws a network agent may take: any legal one, or the deck only (its pile draws
+# masked out: the counterfactual that prices its stalling, scripts/stalling.py).
+DRAWS = ("any", "deck")
 # Games in flight: 256 agent rows per forward, the knee of a 512x3 forward's cost per row
 # on a 2-core CPU; an accelerator wants more (pass `lanes`).
 DEFAULT_LANES = 512
@@ -91,15 +94,20 @@ class Agent(NamedTuple):
     mode: `greedy` or `sampled` (network views only).
     fallback: regret matching's all-negative fallback (`current` only).
     bot: the bot name (`bot` only).
+    draws: `any` or `deck` (DRAWS; network views only): with `deck` the policy is
+      renormalised over the deck draw, which is always legal at a draw decision.
     """
 
     kind: str
     mode: str = "greedy"
     fallback: str = "argmax_tiebreak"
     bot: str = ""
+    draws: str = "any"
 
 
-def network_agent(view: str, mode: str = "greedy", fallback: str = "argmax_tiebreak") -> Agent:
+def network_agent(
+    view: str, mode: str = "greedy", fallback: str = "argmax_tiebreak", draws: str = "any"
+) -> Agent:
     """A network agent; raises ValueError naming the bad argument."""
     if view not in VIEWS:
         raise ValueError(f"view must be one of {list(VIEWS)}, got {view!r}")
@@ -107,9 +115,11 @@ def network_agent(view: str, mode: str = "greedy", fallback: str = "argmax_tiebr
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     if fallback not in pol.FALLBACKS:
         raise ValueError(f"fallback must be one of {list(pol.FALLBACKS)}, got {fallback!r}")
+    if draws not in DRAWS:
+        raise ValueError(f"draws must be one of {list(DRAWS)}, got {draws!r}")
     if view == "average_strategy":
         fallback = "argmax_tiebreak"  # unused: keep one cache entry per (view, mode)
-    return Agent(view, mode, fallback)
+    return Agent(view, mode, fallback, draws=draws)
 
 
 def bot_agent(name: str, field: str = "agent") -> Agent:
@@ -176,6 +186,8 @@ def _network_actions(rules, spec, agent: Agent, params, player, states, seed, id
     """The agent's actions [H] in states [H] where it is `player` (traced) and moves."""
     obs = jax.vmap(engine.observe, in_axes=(None, 0, None))(rules, states, player)
     mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
+    if agent.draws == "deck":  # actions past the deck draw (2H) are the pile draws
+        mask = mask & (jnp.arange(mask.shape[-1]) <= 2 * rules.hand_size)
     if agent.kind == "average_strategy":
         probs = mlp.masked_policy(mlp.apply(spec, params, obs), mask)
     else:

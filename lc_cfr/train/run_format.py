@@ -73,6 +73,7 @@ ADDED_FIELDS = {
     "traversal.path_epsilon": 0.0,
     "traversal.leaf_decisions": 0,
     "traversal.leaf_check_share": 0.1,
+    "traversal.leaf_targets": "mixed",
     "optimization.advantage_holdout": 0.0,
     "traversal.outcome_estimator": "importance",
     "traversal.value_lambda": 1.0,

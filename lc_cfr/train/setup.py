@@ -226,6 +226,7 @@ def options_from_config(config) -> api.TraversalOptions:
         value_lambda=float(t.value_lambda),
         leaf_decisions=int(t.leaf_decisions),
         leaf_check_share=float(t.leaf_check_share),
+        leaf_targets=t.leaf_targets,
     )
 
 

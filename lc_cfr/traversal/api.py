@@ -41,6 +41,13 @@ MAX_PATH_CHOICES = 256
 # network only. The samples are the same (every traversal owns its random stream and its
 # slots); `one_mover` runs one forward per decision instead of two.
 LOCKSTEP_SCHEDULES = ("all_lanes", "one_mover")
+# Value leaves (`leaf_point`): the advantage target of an unchecked traversal's expanded
+# node reads the child sigma picks, which plays out to the end (it carries the on-policy
+# trajectory and trains the value network), by that full playout (`mixed`: one
+# single-playout value among the leaf values, whose noise enters every action's regret
+# through the node value) or by its leaf value like its siblings (`leaves`: every regret
+# from the value network, as ESCHER's are; checked traversals keep the full playouts).
+LEAF_TARGETS = ("mixed", "leaves")
 
 
 class TraversalOptions(NamedTuple):
@@ -74,6 +81,8 @@ class TraversalOptions(NamedTuple):
     # 0 = every child is played out to the end
     leaf_decisions: int = 0
     leaf_check_share: float = 0.1  # traversals whose children all play out (`leaf_check`)
+    # LEAF_TARGETS: what values the child sigma picks in the advantage target
+    leaf_targets: str = "mixed"
 
 
 def validate_options(options: TraversalOptions, rules: Rules) -> None:
@@ -137,6 +146,10 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
 
 
 def _check_leaves(options: TraversalOptions, rules: Rules) -> None:
+    if options.leaf_targets not in LEAF_TARGETS:
+        raise ValueError(
+            f"traversal.leaf_targets must be one of {LEAF_TARGETS}, got {options.leaf_targets!r}"
+        )
     if not 0 <= options.leaf_decisions <= 2 * rules.max_turns:
         raise ValueError(
             f"traversal.leaf_decisions must be in [0, 2 * rules.max_turns="

@@ -1217,10 +1217,15 @@ class _Traversals:
         node_value, regrets = jax.vmap(pol.node_regrets)(frame.policy, values, frame.mask)
         pop = has_frame & ~has_next
         go_on = has_frame & has_next
-        samples = _write_samples(lanes.samples, frame.slot, pop, advantage_target=regrets)
+        target = regrets
         if self.leaves:
-            lanes = self._compare_leaves(lanes, frame, index, has_frame, pop, go_on, regrets)
+            lanes, leaf_regrets = self._compare_leaves(
+                lanes, frame, index, has_frame, pop, go_on, regrets
+            )
             position, frames = lanes.position, lanes.frames
+            if self.options.leaf_targets == "leaves":  # checked traversals keep playouts
+                target = jnp.where(position.checked[:, None], regrets, leaf_regrets)
+        samples = _write_samples(lanes.samples, frame.slot, pop, advantage_target=target)
         child = jax.vmap(engine.step, in_axes=(None, 0, 0))(self.rules, frame.game, next_action)
         draws, on_trajectory = position.draws, position.on_trajectory
         if self.sampled:  # common random numbers: every child replays the node's stream
@@ -1243,11 +1248,12 @@ class _Traversals:
         lanes = lanes._replace(position=position, frames=frames, samples=samples)
         return self.arrive(lanes, go_on)
 
-    def _compare_leaves(self, lanes, frame, index, has_frame, pop, go_on, regrets) -> _Lanes:
+    def _compare_leaves(self, lanes, frame, index, has_frame, pop, go_on, regrets):
         """leaf_decisions, in `backward`: the returned estimate enters the frame beside
         the value; a popped node hands up its value under the estimates, and a checked
         traversal's node adds its leaf regrets against its full regrets (`leaf_checks`,
-        by the node's phase); the next child starts before its leaf point."""
+        by the node's phase); the next child starts before its leaf point. Returns the
+        lanes and the node's leaf regrets [L, A] (the regrets of the estimates)."""
         position, frames = lanes.position, lanes.frames
         actions = jnp.arange(self.rules.num_actions)
         returned = actions == frame.action[:, None]
@@ -1264,7 +1270,7 @@ class _Traversals:
             past_leaf=position.past_leaf & ~go_on,
         )
         frames = frames._replace(estimates=_tree_set(frames.estimates, index, estimates, has_frame))
-        return lanes._replace(position=position, frames=frames, stats=stats)
+        return lanes._replace(position=position, frames=frames, stats=stats), leaf_regrets
 
     def _bot(self, name: str, lanes: _Lanes):
         """[L] the bot's action in every lane's position (keyed by the draw counter)."""

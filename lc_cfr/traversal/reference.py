@@ -435,8 +435,9 @@ class ReferenceTraversal:
             values = values.at[action].set(value)
             estimates = estimates.at[action].set(estimate)
         node_value, regrets = self._node_regrets(sigma, values, mask)
-        record.target = np.asarray(regrets)
         node_estimate, leaf_regrets = self._node_regrets(sigma, estimates, mask)
+        leaf_targets = has_leaves(self.o) and self.o.leaf_targets == "leaves"
+        record.target = np.asarray(leaf_regrets if leaf_targets and not self.checked else regrets)
         if has_leaves(self.o) and self.checked:
             phase = int(leaf_check_phase(self.rules, int(state.turn)))
             self.stats["leaf_checks"][phase] += np.asarray(

@@ -1,0 +1,134 @@
+"""Yardstick: how often does a trained policy stall against each bot, and what does it
+gain or lose by it? (issue 23 item 3, docs/experiments.md)
+
+Drawing from a discard pile leaves the deck as it was, so a game whose players keep
+doing it runs to `rules.max_turns` (docs/game.md). This script plays a checkpoint's
+policy views against bots, every deal mirrored, twice on the same deals: as trained
+(`draws=any`) and with the view's pile draws masked out (`draws=deck`, lc_cfr.eval.games:
+the policy renormalised over the deck draw). It prints, per view and bot, the share of
+the agent's draws taken from a pile, the decisions per game, the share of games cut at
+the cap, the margin of each, and their paired difference (per deal, same deals and
+seats) with its standard error: what the pile draws are worth to the agent. A positive
+difference means the pile draws earn points; a negative one, that the agent would score
+more if it never took them.
+
+    .venv/bin/python scripts/stalling.py --workdir RUN [--checkpoint N]
+        [--views average_strategy,current] [--opponents random,passive_discard,...]
+        [--games 2000] [--json out.json]
+
+Greedy play on the run's evaluation seed, as `lc_cfr.evaluate` plays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lc_cfr.bots import BOT_NAMES  # noqa: E402
+from lc_cfr.eval import games as eval_games  # noqa: E402
+from lc_cfr.eval.api import parse_names  # noqa: E402
+from lc_cfr.train.saved_networks import load_saved_networks  # noqa: E402
+
+
+def _per_deal(records: eval_games.GameRecords) -> np.ndarray:
+    """[D] the mean margin of each deal's two mirrored games."""
+    return np.asarray(records.margin, np.float64).mean(axis=0)
+
+
+def _stderr(values: np.ndarray) -> float:
+    return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
+
+
+def _play_stats(records: eval_games.GameRecords) -> dict:
+    draws = records.deck_draws.sum() + records.pile_draws.sum()
+    return {
+        "margin": float(_per_deal(records).mean()),
+        "margin_stderr": _stderr(_per_deal(records)),
+        "agent_score": float(np.mean(records.agent_score)),
+        "pile_draw_share": float(records.pile_draws.sum() / max(draws, 1)),
+        "decisions": float(np.mean(records.decisions)),
+        "truncated": float(np.mean(records.truncated)),
+        "opened": float(np.mean(records.opened)),
+    }
+
+
+def compare(saved, view: str, opponent: str, games: int, seed: int, fallback: str) -> dict:
+    """The view against `opponent` as trained and with pile draws masked, same deals."""
+    params = saved.policy_views()[view]
+    records = {
+        draws: eval_games.play(
+            saved.rules,
+            saved.spec,
+            eval_games.network_agent(view, "greedy", fallback, draws),
+            opponent,
+            params,
+            games=games,
+            seed=seed,
+        ).records
+        for draws in eval_games.DRAWS
+    }
+    gain = _per_deal(records["any"]) - _per_deal(records["deck"])
+    return {
+        "view": view,
+        "opponent": opponent,
+        **{draws: _play_stats(r) for draws, r in records.items()},
+        "pile_draw_gain": float(gain.mean()),
+        "pile_draw_gain_stderr": _stderr(gain),
+    }
+
+
+def print_row(row: dict) -> None:
+    played, deck = row["any"], row["deck"]
+    print(
+        f"  {row['opponent']:<22} pile draws {played['pile_draw_share']:5.1%}, "
+        f"{played['decisions']:5.1f} decisions, truncated {played['truncated']:5.1%}, "
+        f"margin {played['margin']:+7.2f} (deck only {deck['margin']:+7.2f}, "
+        f"{deck['decisions']:5.1f} decisions); pile draws gain "
+        f"{row['pile_draw_gain']:+.2f} +- {row['pile_draw_gain_stderr']:.2f}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", required=True, help="the run directory")
+    parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
+    parser.add_argument("--views", default="average_strategy,current")
+    parser.add_argument("--opponents", default=",".join(BOT_NAMES))
+    parser.add_argument("--games", type=int, default=2000, help="per view and bot (even)")
+    parser.add_argument("--json", default=None, help="write the rows here")
+    args = parser.parse_args()
+    if args.games < 2 or args.games % 2:
+        parser.error(f"--games must be even and >= 2 (mirrored deals), got {args.games}")
+    try:
+        views = parse_names(args.views, "--views", eval_games.VIEWS)
+        opponents = parse_names(args.opponents, "--opponents", BOT_NAMES)
+        saved = load_saved_networks(args.workdir, args.checkpoint)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    config = saved.config
+    fallback = config.regret_matching.all_negative_fallback
+    rows = []
+    print(f"{args.workdir} checkpoint {saved.iteration}, {args.games} games each", flush=True)
+    for view in views:
+        print(f"{view}:", flush=True)
+        for opponent in opponents:
+            rows.append(
+                compare(saved, view, opponent, args.games, config.evaluation.seed, fallback)
+            )
+            print_row(rows[-1])
+    if args.json:
+        out = {"workdir": args.workdir, "checkpoint": saved.iteration, "rows": rows}
+        pathlib.Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
