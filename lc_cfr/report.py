@@ -8,9 +8,11 @@ config's highlights and every field that differs from the closest preset of
 `configs/default.py` (with --all-fields, all of them); progress (iterations, wall time,
 the recent seconds per iteration and the time left); the last and the best evaluation
 of every view against every opponent, margin +- its standard error, with the game's
-length and truncation rate; the game the traversals play (path lengths, truncation share,
-the turns of the advantage and strategy samples); throughput and where an iteration's
-time goes (means of the last 10 rows); health counters; and the checkpoints on disk.
+length, truncation rate and the share of the agent's draws taken from a discard pile
+(its stalling: scripts/stalling.py prices it); the game the traversals play (path
+lengths, truncation share, the turns of the advantage and strategy samples);
+throughput and where an iteration's time goes (means of the last 10 rows); health
+counters; and the checkpoints on disk.
 --json writes the same figures.
 """
 
@@ -124,6 +126,7 @@ def evaluations(rows: list[dict]) -> dict[str, dict]:
                 "games": row.get(base + "games"),
                 "length": row.get(base + "length_mean", math.nan),
                 "truncation": row.get(base + "truncation_rate", math.nan),
+                "pile_draws": row.get(base + "draw_pile_rate", math.nan),
             }
             record = found.setdefault(pair, {"last": entry, "best": entry})
             record["last"] = entry
@@ -248,7 +251,7 @@ def render(report: dict, *, all_fields: bool = False) -> str:
     if evaluations:
         lines.append(
             f"{'evaluation (view/opponent)':<40} {'last':>24} {'best':>24} "
-            f"{'decisions':>9} {'truncated':>9}"
+            f"{'decisions':>9} {'truncated':>9} {'pile draws':>10}"
         )
         for pair, record in sorted(evaluations.items()):
             cells = []
@@ -258,7 +261,7 @@ def render(report: dict, *, all_fields: bool = False) -> str:
             last = record["last"]
             lines.append(
                 f"  {pair:<38} {cells[0]:>24} {cells[1]:>24} "
-                f"{last['length']:9.1f} {last['truncation']:9.1%}"
+                f"{last['length']:9.1f} {last['truncation']:9.1%} {last['pile_draws']:10.1%}"
             )
     else:
         lines.append("evaluation: none yet")

@@ -3,14 +3,15 @@ gain or lose by it? (issue 23 item 3, docs/experiments.md)
 
 Drawing from a discard pile leaves the deck as it was, so a game whose players keep
 doing it runs to `rules.max_turns` (docs/game.md). This script plays a checkpoint's
-policy views against bots, every deal mirrored, twice on the same deals: as trained
-(`draws=any`) and with the view's pile draws masked out (`draws=deck`, lc_cfr.eval.games:
-the policy renormalised over the deck draw). It prints, per view and bot, the share of
-the agent's draws taken from a pile, the decisions per game, the share of games cut at
-the cap, the margin of each, and their paired difference (per deal, same deals and
-seats) with its standard error: what the pile draws are worth to the agent. A positive
-difference means the pile draws earn points; a negative one, that the agent would score
-more if it never took them.
+policy views against bots, every deal mirrored, three times on the same deals: as
+trained (`draws=any`), with the view's pile draws masked out (`draws=deck`,
+lc_cfr.eval.games: the policy renormalised over the draws kept) and with only the pile
+draws of a card it can play at once kept (`draws=playable`). It prints, per view and bot,
+the share of the agent's draws taken from a pile, the decisions per game, the share of
+games cut at the cap, the margins, and the paired differences (per deal, same deals and
+seats) with their standard errors: what the pile draws are worth to the agent, and what
+those of cards it cannot play are. A positive difference means the draws earn points; a
+negative one, that the agent would score more without them.
 
     .venv/bin/python scripts/stalling.py --workdir RUN [--checkpoint N]
         [--views average_strategy,current] [--opponents random,passive_discard,...]
@@ -76,23 +77,29 @@ def compare(saved, view: str, opponent: str, games: int, seed: int, fallback: st
         for draws in eval_games.DRAWS
     }
     gain = _per_deal(records["any"]) - _per_deal(records["deck"])
+    unplayable = _per_deal(records["any"]) - _per_deal(records["playable"])
     return {
         "view": view,
         "opponent": opponent,
         **{draws: _play_stats(r) for draws, r in records.items()},
         "pile_draw_gain": float(gain.mean()),
         "pile_draw_gain_stderr": _stderr(gain),
+        "unplayable_pile_draw_gain": float(unplayable.mean()),
+        "unplayable_pile_draw_gain_stderr": _stderr(unplayable),
     }
 
 
 def print_row(row: dict) -> None:
-    played, deck = row["any"], row["deck"]
+    played, deck, playable = row["any"], row["deck"], row["playable"]
     print(
         f"  {row['opponent']:<22} pile draws {played['pile_draw_share']:5.1%}, "
         f"{played['decisions']:5.1f} decisions, truncated {played['truncated']:5.1%}, "
         f"margin {played['margin']:+7.2f} (deck only {deck['margin']:+7.2f}, "
-        f"{deck['decisions']:5.1f} decisions); pile draws gain "
-        f"{row['pile_draw_gain']:+.2f} +- {row['pile_draw_gain_stderr']:.2f}",
+        f"{deck['decisions']:5.1f} decisions; playable piles {playable['margin']:+7.2f}, "
+        f"{playable['pile_draw_share']:5.1%} pile draws); pile draws gain "
+        f"{row['pile_draw_gain']:+.2f} +- {row['pile_draw_gain_stderr']:.2f}, "
+        f"unplayable ones {row['unplayable_pile_draw_gain']:+.2f} +- "
+        f"{row['unplayable_pile_draw_gain_stderr']:.2f}",
         flush=True,
     )
 

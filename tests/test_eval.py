@@ -70,14 +70,31 @@ def _single_forward(spec: mlp.NetworkSpec):
     return jax.jit(lambda params, obs: mlp.apply(spec, params, obs[None])[0])
 
 
+def _kept_draws(state, draws: str) -> np.ndarray:
+    """[A] bool: the actions a `draws` agent keeps (all but some pile draws), in numpy."""
+    h, k = RULES.hand_size, RULES.cards_per_color
+    kept = np.ones(RULES.num_actions, bool)
+    for colour in range(RULES.n_colors):
+        size, mover = int(state.pile_sizes[colour]), int(state.current_player)
+        playable = False
+        if draws == "playable" and size > 0:
+            top = int(state.discards[colour, size - 1]) % k
+            if top < RULES.n_wagers:  # a wager: before any numbered card only
+                playable = int(state.expedition_numbered[mover, colour]) == 0
+            else:
+                playable = top - RULES.n_wagers > int(state.expedition_top[mover, colour])
+        kept[2 * h + 1 + colour] = playable
+    return kept
+
+
 def _network_policy(view, params, fallback, draws="any"):
     """A reference agent: (state, player, game id, decision, seed, mode) -> action."""
     fn = _single(RULES)
 
     def act(state, player, game_id, decision, seed, mode):
         mask = fn["mask"](state)
-        if draws == "deck":
-            mask = mask & (np.arange(RULES.num_actions) <= 2 * RULES.hand_size)
+        if draws != "any":
+            mask = np.asarray(mask) & _kept_draws(state, draws)
         raw = _single_forward(SPEC)(
             params if view == "average_strategy" else params[player], fn["observe"](state, player)
         )
@@ -290,16 +307,17 @@ def test_greedy_and_sampled():
         np.testing.assert_array_equal(getattr(run("sampled"), name), getattr(sampled, name))
 
 
-def test_deck_only_draws_mask_the_pile_draws():
-    # the counterfactual of scripts/stalling.py: the same policy, renormalised over the
-    # deck draw at every draw decision, game by game as the one-game-at-a-time reference
+@pytest.mark.parametrize("draws", ["deck", "playable"])
+def test_restricted_draws_mask_the_pile_draws(draws):
+    # the counterfactuals of scripts/stalling.py: the same policy, renormalised over the
+    # draws kept at every draw decision, game by game as the one-game-at-a-time reference
     views = _views(40)
-    agent = lc_eval.network_agent("current", "sampled", "uniform", draws="deck")
+    agent = lc_eval.network_agent("current", "sampled", "uniform", draws=draws)
     records = lc_eval.play(
         RULES, SPEC, agent, "noisy_safe", views["current"], games=GAMES, seed=SEED, lanes=LANES
     ).records
-    assert records.pile_draws.sum() == 0 and records.deck_draws.sum() > 0
-    reference = _network_policy("current", views["current"], "uniform", draws="deck")
+    assert (records.pile_draws.sum() == 0) == (draws == "deck") and records.deck_draws.sum() > 0
+    reference = _network_policy("current", views["current"], "uniform", draws=draws)
     assert _records_as_rows(records) == reference_games(
         reference, "noisy_safe", GAMES, SEED, "sampled"
     )

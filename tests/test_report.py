@@ -46,6 +46,7 @@ def test_report_reads_config_progress_evaluations_and_checkpoints(run):
     assert figures["checkpoints"]["steps"] == [2]  # smoke keeps every 2nd and the newest
     assert figures["phases"]["traversal_seconds"] > 0
     assert pair["last"]["length"] == rows[-1]["eval/current/random/length_mean"] > 0
+    assert pair["last"]["pile_draws"] == rows[-1]["eval/current/random/draw_pile_rate"]
     played = figures["played"]
     assert set(played) == set(report.PLAYED)
     assert 0 <= played["traversal/truncated_share"] <= 1
@@ -53,7 +54,7 @@ def test_report_reads_config_progress_evaluations_and_checkpoints(run):
     text = report.render(figures)
     assert "the game traversals play" in text
     assert "changed from configs/default.py:smoke (4)" in text
-    assert "current/random" in text and "2/2 iterations" in text
+    assert "current/random" in text and "2/2 iterations" in text and "pile draws" in text
 
 
 def test_a_torn_last_row_is_skipped(run, tmp_path):

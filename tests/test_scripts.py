@@ -106,6 +106,8 @@ def test_expeditions_follows_every_opened_expedition(tmp_path):
     assert row["deck"]["pile_draw_share"] == 0.0
     gain = row["any"]["margin"] - row["deck"]["margin"]
     assert row["pile_draw_gain"] == pytest.approx(gain)
+    unplayable = row["any"]["margin"] - row["playable"]["margin"]
+    assert row["unplayable_pile_draw_gain"] == pytest.approx(unplayable)
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("stalling.py", f"--workdir={run}", "--views=current", "--games=3")
     assert "--games must be even" in failure.value.stderr

@@ -136,6 +136,17 @@ def _playable_cards(rules: Rules, state: State, player) -> jax.Array:
     return jnp.where(t.is_wager[:-1], numbered == 0, t.rank[:-1] > top)
 
 
+def playable_pile_tops(rules: Rules, state: State) -> jax.Array:
+    """[C] bool: colour c's discard pile is not empty and its top card may be played onto
+    the mover's expedition now (a pile draw that the mover can use at once; the others
+    only take a card from the opponent or keep the deck as it is)."""
+    top = jnp.take_along_axis(
+        state.discards, jnp.maximum(state.pile_sizes - 1, 0)[:, None], axis=1
+    )[:, 0].astype(jnp.int32)
+    playable = _playable_cards(rules, state, state.current_player)[top]
+    return (state.pile_sizes > 0) & playable
+
+
 def legal_action_mask(rules: Rules, state: State) -> jax.Array:
     """[A] bool mask of legal actions; all false once the game is over."""
     h = rules.hand_size
