@@ -26,6 +26,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.seed = 0  # every random choice derives from it (docs/design.md section 2)
     # Utility = score difference / utility_scale: keeps regret targets near unit scale.
     config.utility_scale = 100.0  # points per utility unit
+    # The draws the agent's policies may take, in training and in play (a restriction of
+    # the agent, not a rule; docs/experiments.md section 20): any | playable (the deck,
+    # or a pile whose top card the mover can play at once) | deck
+    config.draws = "any"
 
     # The game variant (docs/design.md section 1, docs/game.md).
     config.rules = ml_collections.ConfigDict()

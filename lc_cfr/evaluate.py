@@ -237,6 +237,12 @@ def run_request(request: Request) -> dict:
                 "(sd_cfr.snapshots was 0)"
             )
         fallback = networks.config.regret_matching.all_negative_fallback
+        draws = networks.config.draws
+        if draws != "any" and request.exploitability:
+            raise app.UsageError(
+                f"--exploitability: the run plays draws={draws!r}, which the OpenSpiel "
+                "policy of the exploitability computation does not apply"
+            )
         metrics = sequential.evaluate(
             spiel_bots,
             networks.rules,
@@ -249,6 +255,7 @@ def run_request(request: Request) -> dict:
             fallback=fallback,
             lanes=request.lanes,
             simulations=request.openspiel_simulations,
+            draws=draws,
         )
         document.update(
             workdir=str(request.workdir),
@@ -256,6 +263,7 @@ def run_request(request: Request) -> dict:
             views=list(request.views),
             mode=request.mode,
             fallback=fallback,
+            draws=draws,
             rules=networks.rules.to_dict(),
             compute_dtype=networks.spec.compute_dtype,
         )

@@ -21,6 +21,7 @@ from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import CARD_PHASE, Rules
 from lc_cfr.nets import mlp
 from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
+from lc_cfr.traversal import policy as pol
 
 COLOR_NAMES = ("yellow", "blue", "white", "green", "red", "purple")
 MODES = ("greedy", "sampled")
@@ -45,6 +46,7 @@ class Agent:
     params: mlp.Params
     iteration: int
     workdir: pathlib.Path
+    draws: str = "any"  # the run's `draws` (policy.DRAWS): the pile draws it may take
 
 
 def load_agent(workdir: str | os.PathLike, iteration: int | None = None) -> Agent:
@@ -70,6 +72,7 @@ def load_agent(workdir: str | os.PathLike, iteration: int | None = None) -> Agen
         params=networks.strategy,
         iteration=networks.iteration,
         workdir=networks.workdir,
+        draws=networks.config.draws,
     )
 
 
@@ -89,6 +92,7 @@ class Game:
 
         def policy(params, state):
             mask = engine.legal_action_mask(rules, state)
+            mask = pol.restrict_draws(rules, state, mask, agent.draws)
             info = engine.observe(rules, state, state.current_player)
             return mlp.masked_policy(mlp.apply(spec, params, info[None])[0], mask)
 

@@ -49,6 +49,7 @@ def play(saved, view: str, opponent: str, deals: int) -> dict:
     def agent(params, state):
         obs = engine.observe(rules, state, state.current_player)
         mask = engine.legal_action_mask(rules, state)
+        mask = pol.restrict_draws(rules, state, mask, saved.config.draws)
         raw = mlp.apply(spec, params, obs[None])[0]
         if view == "current":
             scores = pol.regret_matching(raw, mask, fallback="argmax_tiebreak")

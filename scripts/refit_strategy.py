@@ -109,6 +109,7 @@ def main() -> None:
             opponents=tuple(args.opponents.split(",")),
             games=args.games,
             seed=args.seed,
+            draws=trainer.options.draws,
         )
         return margins(row, "average_strategy")
 

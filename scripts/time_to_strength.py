@@ -95,6 +95,7 @@ def train_and_measure(config, workdir, marks, views, opponents, games) -> list[d
             games=games,
             seed=config.evaluation.seed,
             fallback=trainer.options.all_negative_fallback,
+            draws=trainer.options.draws,
         )
         for mark in passed:
             left.remove(mark)

@@ -6,6 +6,7 @@ records its calls and returns each deal's index as its margin."""
 import types
 
 import numpy as np
+import pytest
 
 from lc_cfr.eval import api, sequential
 from lc_cfr.eval.games import GameRecords
@@ -70,3 +71,20 @@ def test_bots_against_the_loop_one_block_each():
     assert metrics["eval/search/search/games"] == 4
     assert sequential.is_sequential(loop, "random", "search")
     assert not sequential.is_sequential(loop, "random")
+
+
+def test_a_draw_restriction_is_refused_against_the_loops_bots():
+    # the loop's players cannot apply the run's `draws`: refused before any game
+    loop = _Loop()
+    with pytest.raises(ValueError, match=r"draws='playable'.*\['search'\]"):
+        sequential.evaluate(
+            loop,
+            Rules(),
+            None,
+            {"average_strategy": "strategy"},
+            opponents=("search",),
+            games=2,
+            simulations=1,
+            draws="playable",
+        )
+    assert loop.played == []

@@ -266,6 +266,7 @@ def test_bad_settings_name_the_field(overrides, field):
         (dict(sampling_mode="external", expand_at="sampled"), "traversal.expand_at"),
         (dict(floor=0.1), "regret_matching.floor"),
         (dict(outcome_estimator="baseline"), "traversal.outcome_estimator"),
+        (dict(draws="playable"), "draws"),
     ],
 )
 def test_modes_of_the_jax_backend_only_are_refused_naming_it(overrides, field):

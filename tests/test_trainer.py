@@ -216,6 +216,8 @@ def test_config_errors_name_the_field(tmp_path):
         ({"network.head": "card", "optimization.learner": "torch"}, "network.head"),
         ({"evaluation.exploitability_every": 1}, "evaluation.exploitability_every"),
         ({"optimization.advantage_epochs": -1.0}, "optimization.advantage_epochs"),
+        ({"draws": "piles"}, "draws must be one of"),
+        ({"draws": "deck", "evaluation.exploitability_every": 1}, "with draws='deck'"),
     ]
     for overrides, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -247,9 +249,12 @@ def test_target_anatomy_is_reported_for_each_sampling_mode(tmp_path):
 
 
 def test_card_head_trains_and_evaluates(tmp_path):
-    config = smoke_config(**{"run.max_iterations": 1, "network.head": "card"})
+    # with the agent's draws restricted as well: traversal and evaluation both apply it
+    config = smoke_config(**{"run.max_iterations": 1, "network.head": "card", "draws": "playable"})
     config.evaluation.eval_every = 1
-    state = Trainer(config, tmp_path).run()
+    trainer = Trainer(config, tmp_path)
+    assert trainer.options.draws == "playable"
+    state = trainer.run()
     assert state.strategy_params["output"]["kernel"].shape[1] == 2 * 12 + 1 + 2  # 2N + 1 + C
     assert "eval/current/random/margin_mean" in _rows(tmp_path)[-1]
 

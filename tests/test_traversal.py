@@ -148,6 +148,7 @@ def test_options_are_validated_naming_the_field():
             "traversal.leaf_check_share",
         ),
         (dict(leaf_targets="playouts"), "traversal.leaf_targets"),
+        (dict(draws="piles"), "draws must be one of"),
     ]
     for overrides, field in bad:
         lanes = overrides.pop("lanes", LANES)

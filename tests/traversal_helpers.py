@@ -192,7 +192,9 @@ TRAVERSAL_CASES = {
         lanes=3,
     ),
     # ---- external sampling expanded at a sampled decision (jax backend only)
-    "external_sampled_depth1": _C(dict(_EXTERNAL, expand_at="sampled", max_depth=1)),
+    "external_sampled_depth1_playable_draws": _C(
+        dict(_EXTERNAL, expand_at="sampled", max_depth=1, draws="playable")
+    ),
     "external_sampled_depth2_path_eps_both_floor": _C(
         dict(
             _EXTERNAL,

@@ -76,10 +76,9 @@ from lc_cfr.traversal import sharding
 
 VIEWS = ("average_strategy", "current")
 MODES = ("greedy", "sampled")
-# Which draws a network agent may take: any legal one, the deck only (its pile draws
-# masked out: the counterfactual that prices its stalling, scripts/stalling.py), or the
-# deck and the piles whose top card it can play at once (`engine.playable_pile_tops`).
-DRAWS = ("any", "deck", "playable")
+# Which draws a network agent may take (`policy.DRAWS`: the run's `draws`, or another,
+# the counterfactual that prices its stalling in scripts/stalling.py).
+DRAWS = pol.DRAWS
 # Games in flight: 256 agent rows per forward, the knee of a 512x3 forward's cost per row
 # on a 2-core CPU; an accelerator wants more (pass `lanes`).
 DEFAULT_LANES = 512
@@ -95,9 +94,8 @@ class Agent(NamedTuple):
     mode: `greedy` or `sampled` (network views only).
     fallback: regret matching's all-negative fallback (`current` only).
     bot: the bot name (`bot` only).
-    draws: `any`, `deck` or `playable` (DRAWS; network views only): the policy is
-      renormalised over the draws kept; the deck draw, always legal at a draw decision,
-      is always kept.
+    draws: DRAWS (network views only; `policy.restrict_draws`): the policy is
+      renormalised over the draws kept; the deck draw is always kept.
     """
 
     kind: str
@@ -117,8 +115,7 @@ def network_agent(
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     if fallback not in pol.FALLBACKS:
         raise ValueError(f"fallback must be one of {list(pol.FALLBACKS)}, got {fallback!r}")
-    if draws not in DRAWS:
-        raise ValueError(f"draws must be one of {list(DRAWS)}, got {draws!r}")
+    pol.check_draws(draws)
     if view == "average_strategy":
         fallback = "argmax_tiebreak"  # unused: keep one cache entry per (view, mode)
     return Agent(view, mode, fallback, draws=draws)
@@ -188,12 +185,8 @@ def _network_actions(rules, spec, agent: Agent, params, player, states, seed, id
     """The agent's actions [H] in states [H] where it is `player` (traced) and moves."""
     obs = jax.vmap(engine.observe, in_axes=(None, 0, None))(rules, states, player)
     mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
-    if agent.draws != "any":  # actions past the deck draw (2H) are the pile draws
-        kept = jnp.zeros((states.pile_sizes.shape[0], rules.n_colors), jnp.bool_)
-        if agent.draws == "playable":
-            kept = jax.vmap(engine.playable_pile_tops, in_axes=(None, 0))(rules, states)
-        head = jnp.ones((mask.shape[0], 2 * rules.hand_size + 1), jnp.bool_)
-        mask = mask & jnp.concatenate([head, kept], axis=1)
+    restrict = functools.partial(pol.restrict_draws, rules, draws=agent.draws)
+    mask = jax.vmap(restrict)(states, mask)
     if agent.kind == "average_strategy":
         probs = mlp.masked_policy(mlp.apply(spec, params, obs), mask)
     else:

@@ -132,10 +132,17 @@ def evaluate(
     fallback: str = "argmax_tiebreak",
     lanes: int | None = None,
     simulations: int,
+    draws: str = "any",
 ) -> dict[str, float]:
     """`api.evaluate` (one `mode` for every view) against opponents that may include the
-    loop's bots: the lc_cfr bots in lockstep, the loop's one game at a time."""
+    loop's bots: the lc_cfr bots in lockstep, the loop's one game at a time (the views'
+    `draws` restriction is applied in lockstep only)."""
     lockstep = [o for o in opponents if not is_sequential(loop, o)]
+    if draws != "any" and len(lockstep) < len(opponents):
+        raise ValueError(
+            f"the run's draws={draws!r} is applied by the lockstep evaluation only: "
+            f"the OpenSpiel opponents {sorted(set(opponents) - set(lockstep))} cannot meet it"
+        )
     metrics: dict[str, float] = {}
     if lockstep:
         metrics = api.evaluate(
@@ -148,6 +155,7 @@ def evaluate(
             seed=seed,
             fallback=fallback,
             lanes=lanes,
+            draws=draws,
         )
     for opponent in opponents:
         if opponent in lockstep:

@@ -31,9 +31,10 @@ def opponents_at(plan: EvaluationPlan, t: int) -> tuple[tuple[str, ...], int] | 
 
 
 def evaluate_state(
-    state: TrainState, plan: EvaluationPlan, *, rules, spec, fallback, exploitability
+    state: TrainState, plan: EvaluationPlan, *, rules, spec, fallback, exploitability, draws="any"
 ):
-    """The `eval/...` and `exploitability/...` metrics of `state` ({} off schedule)."""
+    """The `eval/...` and `exploitability/...` metrics of `state` ({} off schedule); the
+    views take the run's `draws` (`policy.DRAWS`)."""
     row = {}
     views = policy_views(state, plan.views)
     scheduled = opponents_at(plan, state.iteration)
@@ -50,6 +51,7 @@ def evaluate_state(
                 seed=plan.seed,
                 fallback=fallback,
                 lanes=plan.lanes,
+                draws=draws,
             )
         )
     every = plan.exploitability_every

@@ -74,6 +74,7 @@ ADDED_FIELDS = {
     "traversal.leaf_decisions": 0,
     "traversal.leaf_check_share": 0.1,
     "traversal.leaf_targets": "mixed",
+    "draws": "any",
     "optimization.advantage_holdout": 0.0,
     "traversal.outcome_estimator": "importance",
     "traversal.value_lambda": 1.0,
@@ -136,11 +137,14 @@ def read_run_config(path: pathlib.Path) -> ml_collections.ConfigDict:
     """A run's saved config.json, completed with ADDED_FIELDS where it predates them."""
     config = ml_collections.ConfigDict(json.loads(pathlib.Path(path).read_text()))
     for dotted, value in ADDED_FIELDS.items():
-        block, field = dotted.split(".")
-        if block not in config:
-            config[block] = ml_collections.ConfigDict()
-        if field not in config[block]:
-            config[block][field] = value
+        *blocks, field = dotted.split(".")  # a top-level field has no block
+        node = config
+        for block in blocks:
+            if block not in node:
+                node[block] = ml_collections.ConfigDict()
+            node = node[block]
+        if field not in node:
+            node[field] = value
     return config
 
 

@@ -145,6 +145,11 @@ def build(config) -> Components:
     evaluation = evaluation_plan(config)
     if SD_CFR in evaluation.views and not training.sd_cfr_snapshots:
         raise ValueError("evaluation.views names sd_cfr but sd_cfr.snapshots is 0")
+    if evaluation.exploitability_every and options.draws != "any":
+        raise ValueError(
+            f"evaluation.exploitability_every with draws={options.draws!r}: the OpenSpiel "
+            "policy of the exploitability computation plays every legal draw (draws='any')"
+        )
     return Components(
         rules=rules,
         spec=spec,
@@ -227,6 +232,7 @@ def options_from_config(config) -> api.TraversalOptions:
         leaf_decisions=int(t.leaf_decisions),
         leaf_check_share=float(t.leaf_check_share),
         leaf_targets=t.leaf_targets,
+        draws=config.draws,
     )
 
 

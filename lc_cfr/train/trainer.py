@@ -284,6 +284,7 @@ class Trainer:
             spec=self.spec,
             fallback=self.options.all_negative_fallback,
             exploitability=self.exploitability,
+            draws=self.options.draws,
         )
 
     def policy_views(self, state: TrainState) -> dict:

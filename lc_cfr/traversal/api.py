@@ -83,6 +83,7 @@ class TraversalOptions(NamedTuple):
     leaf_check_share: float = 0.1  # traversals whose children all play out (`leaf_check`)
     # LEAF_TARGETS: what values the child sigma picks in the advantage target
     leaf_targets: str = "mixed"
+    draws: str = "any"  # policy.DRAWS: the pile draws the agent's policies may take
 
 
 def validate_options(options: TraversalOptions, rules: Rules) -> None:
@@ -121,6 +122,7 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
     if not 0.0 <= options.path_epsilon <= 1.0:
         raise ValueError(f"traversal.path_epsilon must be in [0, 1], got {options.path_epsilon}")
     pol.check_floor(options.floor)
+    pol.check_draws(options.draws)
     _check_leaves(options, rules)
     if options.outcome_estimator != "importance" and options.sampling_mode != "outcome":
         raise ValueError(

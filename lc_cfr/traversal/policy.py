@@ -15,10 +15,34 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from lc_cfr.game import rng
+from lc_cfr.game import engine, rng
 
 FALLBACKS = ("argmax_tiebreak", "uniform")
 UNSAMPLED_REGRET_MODES = ("negative_node_value", "zero")
+# Which draws the agent's policies may take (config `draws`), in training and in play:
+# every legal one; the deck or a pile whose top card the mover can play at once
+# (`engine.playable_pile_tops`); the deck only. A restriction of the agent, not a rule:
+# bots and the game's other players draw as the rules allow (docs/experiments.md 20).
+DRAWS = ("any", "playable", "deck")
+
+
+def restrict_draws(rules, state, mask: jax.Array, draws: str) -> jax.Array:
+    """[A] bool: the legal `mask` of one state without the pile draws `draws` excludes.
+    The deck draw, legal at every draw decision, is always kept, so a draw decision
+    keeps at least one action; card decisions are unchanged."""
+    if draws == "any":
+        return mask
+    piles = jnp.zeros((rules.n_colors,), jnp.bool_)
+    if draws == "playable":
+        piles = engine.playable_pile_tops(rules, state)
+    head = jnp.ones((2 * rules.hand_size + 1,), jnp.bool_)
+    return mask & jnp.concatenate([head, piles])
+
+
+def check_draws(draws: str) -> str:
+    if draws not in DRAWS:
+        raise ValueError(f"draws must be one of {DRAWS}, got {draws!r}")
+    return draws
 
 
 def sequential_sum(x: jax.Array) -> jax.Array:

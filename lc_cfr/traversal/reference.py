@@ -76,7 +76,10 @@ class ReferenceTraversal:
         self.rules, self.spec, self.o = rules, spec, options
         r = rules
         self._observe = jax.jit(functools.partial(engine.observe, r))
-        self._mask = jax.jit(functools.partial(engine.legal_action_mask, r))
+        draws = options.draws
+        self._mask = jax.jit(
+            lambda state: pol.restrict_draws(r, state, engine.legal_action_mask(r, state), draws)
+        )
         self._step = jax.jit(functools.partial(engine.step, r))
         self._init = jax.jit(functools.partial(engine.init, r))
         fallback, floor = options.all_negative_fallback, options.floor

@@ -92,6 +92,7 @@ JAX_ONLY_MODES = (
     ("expand_at", "root", "traversal.expand_at"),
     ("floor", 0.0, "regret_matching.floor"),
     ("outcome_estimator", "importance", "traversal.outcome_estimator"),
+    ("draws", "any", "draws"),
 )
 
 
