@@ -146,12 +146,22 @@ def plot(records: list[dict], views, opponents, out: pathlib.Path) -> None:
         (axes[1], "cpu_seconds", "training CPU-seconds"),
     ):
         x = [r[x_key] for r in records]
-        for view in views:
-            for opponent in opponents:
+        for style, view in zip(("-", "--", ":"), views, strict=False):
+            # one colour per bot, one line style per view: every curve tells itself apart
+            for colour, opponent in enumerate(opponents):
                 y = [r["eval"][view][opponent]["margin"] for r in records]
                 err = [r["eval"][view][opponent]["stderr"] for r in records]
                 name = opponent if len(views) == 1 else f"{view} / {opponent}"
-                axis.errorbar(x, y, yerr=err, marker="o", capsize=3, label=name)
+                axis.errorbar(
+                    x,
+                    y,
+                    yerr=err,
+                    marker="o",
+                    capsize=3,
+                    label=name,
+                    color=f"C{colour}",
+                    linestyle=style,
+                )
         axis.axhline(0.0, color="grey", linewidth=0.8)
         axis.set_xlabel(label)
         axis.grid(alpha=0.3)
