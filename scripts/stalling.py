@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from lc_cfr.bots import BOT_NAMES  # noqa: E402
 from lc_cfr.eval import games as eval_games  # noqa: E402
 from lc_cfr.eval.api import parse_names  # noqa: E402
+from lc_cfr.eval.metrics import summarize  # noqa: E402
 from lc_cfr.train.saved_networks import load_saved_networks  # noqa: E402
 
 
@@ -48,17 +49,21 @@ def _stderr(values: np.ndarray) -> float:
     return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
 
 
+# this script's names for the evaluation metrics it prints (lc_cfr.eval.metrics)
+PLAY_STATS = {
+    "margin": "margin_mean",
+    "margin_stderr": "margin_stderr",
+    "agent_score": "score_mean",
+    "pile_draw_share": "draw_pile_rate",
+    "decisions": "length_mean",
+    "truncated": "truncation_rate",
+    "opened": "expeditions_opened",
+}
+
+
 def _play_stats(records: eval_games.GameRecords) -> dict:
-    draws = records.deck_draws.sum() + records.pile_draws.sum()
-    return {
-        "margin": float(_per_deal(records).mean()),
-        "margin_stderr": _stderr(_per_deal(records)),
-        "agent_score": float(np.mean(records.agent_score)),
-        "pile_draw_share": float(records.pile_draws.sum() / max(draws, 1)),
-        "decisions": float(np.mean(records.decisions)),
-        "truncated": float(np.mean(records.truncated)),
-        "opened": float(np.mean(records.opened)),
-    }
+    metrics = summarize(records)
+    return {name: metrics[metric] for name, metric in PLAY_STATS.items()}
 
 
 def compare(saved, view: str, opponent: str, games: int, seed: int, fallback: str) -> dict:

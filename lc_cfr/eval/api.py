@@ -195,7 +195,7 @@ def evaluate(
         devices together.
       devices: devices the deals are split over (`games.play`; default: every device of
         every process, each of which must then make the same call).
-      draws: `any`, or `deck` to mask the views' pile draws (`games.Agent`).
+      draws: the pile draws the views may take (`games.DRAWS`, `games.Agent`).
 
     Returns:
       {`eval/<view>/<opponent>/<metric>`: float} for the metrics of `lc_cfr.eval.metrics`.
