@@ -4,17 +4,21 @@
     python -m lc_cfr.main --config=configs/default.py:smoke   # a few tiny iterations
     python -m lc_cfr.main --config=configs/default.py:small,classic   # presets combine
 
-The defaults are the best setting of the learning campaign (docs/experiments.md):
-external sampling expanded at a decision drawn per traversal, a card-indexed output head,
-and, for the full game on a 2-core CPU, a 256x3 network with 2048 traversals per player
-(better at equal wall time than the predecessor's 512x3 with 1024: section 12); the rest
-mirrors the predecessor's seeds (512 updates of batch 1024 per network, 2M-sample
-memories, evaluation every 25 iterations, mirrored, 1000 games per opponent where the
-seeds had 100 unmirrored). Presets: `small` (3 colours, for experiments), `tiny` (exact
-exploitability), `smoke` (seconds), `classic` (Deep CFR as Brown et al. ran it: outcome
-sampling from the root and a slot head; every backend runs it), `wide` (the predecessor's
-512x3 network and 1024 traversals, which docs/performance.md measures against it). Only
-the trainer reads this file; every helper takes explicit arguments.
+The defaults are the best full-game setting of the learning campaign
+(docs/experiments.md): external sampling expanded at a decision drawn from the whole
+played path, the children valued by a history-value network 8 decisions down, strategic
+features beside the encoding, pile draws only of cards the agent can play (sections 17,
+21, 22 and 25) and a card-indexed output head; for a 2-core CPU a 256x3 network with
+2048 traversals per player (better at equal wall time than the predecessor's 512x3 with
+1024: section 12); the rest mirrors the predecessor's seeds (512 updates of batch 1024
+per network, 2M-sample memories, evaluation every 25 iterations, mirrored, 1000 games
+per opponent where the seeds had 100 unmirrored). Presets: `small` (3 colours, for
+experiments), `tiny` (exact exploitability), `smoke` (seconds), `classic` (Deep CFR as
+Brown et al. ran it: outcome sampling from the root and a slot head; every backend runs
+it), `wide` (the predecessor's 512x3 network and 1024 traversals, which
+docs/performance.md measures against it), `plain` (the estimator of the default until
+2026-12-04; `small`, `tiny` and `smoke` use it). Only the trainer reads this file; every
+helper takes explicit arguments.
 """
 
 import ml_collections
@@ -29,7 +33,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # The draws the agent's policies may take, in training and in play (a restriction of
     # the agent, not a rule; docs/experiments.md section 20): any | playable (the deck,
     # or a pile whose top card the mover can play at once) | deck
-    config.draws = "any"
+    config.draws = "playable"
 
     # The game variant (docs/design.md section 1, docs/game.md).
     config.rules = ml_collections.ConfigDict()
@@ -95,14 +99,14 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # every phase of the game gets samples; docs/experiments.md) | path (the path played
     # once to count the traverser's choices on it, one of them drawn uniformly and
     # expanded: every decision a game reaches can be expanded, however long it runs)
-    config.traversal.expand_at = "sampled"
+    config.traversal.expand_at = "path"
     config.traversal.path_epsilon = 0.2  # sampled, path: uniform mix of the traverser on the path
     # sampled, path: value the children of an expanded node by the history value network
     # at the traverser's first decision this many decisions below it (ESCHER-style leaves,
     # lc_cfr.traversal.api.leaf_point) instead of playing them out; the child sigma picks
     # and every child of a leaf_check_share of traversals play out to the end and train
     # the value network (checked ones also compare the two: traversal/leaf_corr_p*); 0 = off
-    config.traversal.leaf_decisions = 0
+    config.traversal.leaf_decisions = 8
     config.traversal.leaf_check_share = 0.1  # traversals played out in full (see above)
     # leaves: the advantage target values the child sigma picks by its full playout
     # (mixed) or by its leaf value, as its siblings (leaves: every regret from the value
@@ -146,7 +150,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # Also feed the first layer features derived from the encoding (per colour: live cards
     # above one's top, projected score, cards to the bonus; a discard's danger; turns left;
     # lc_cfr.nets.features)
-    config.network.strategic_features = False
+    config.network.strategic_features = True
     # Matmul dtype of every forward and of training, both paths: float32 | bfloat16 (mixed
     # precision: float32 parameters and losses, bfloat16 layers; docs/performance.md).
     config.network.compute_dtype = "float32"
@@ -242,6 +246,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         "tiny": _tiny,
         "classic": _classic,
         "wide": _wide,
+        "plain": _plain,
     }
     for name in filter(None, (part.strip() for part in preset.split(","))):
         if name not in presets:
@@ -252,12 +257,24 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
 
 def _classic(config: ml_collections.ConfigDict) -> None:
     """Deep CFR as Brown et al. (2019) and the predecessor ran it: outcome sampling from
-    the root and a slot-indexed head, with the sizes of the other presets. Every backend
-    implements it (docs/backends.md)."""
+    the root, full playouts, the encoding alone, any draw and a slot-indexed head, with the
+    sizes of the other presets. Every backend implements it (docs/backends.md)."""
+    _plain(config)
     config.traversal.sampling_mode = "outcome"
     config.traversal.expand_at = "root"
     config.traversal.max_depth = 2
     config.network.head = "slot"
+
+
+def _plain(config: ml_collections.ConfigDict) -> None:
+    """The default until 2026-12-04 (docs/experiments.md sections 2-13): the expansion at
+    a decision drawn uniformly below the length of a game without pile draws, children
+    played out to the end, the encoding alone and any draw. The small variants' yardsticks
+    were measured with it, so `tiny`, `small` and `smoke` apply it."""
+    config.draws = "any"
+    config.traversal.expand_at = "sampled"
+    config.traversal.leaf_decisions = 0
+    config.network.strategic_features = False
 
 
 def _wide(config: ml_collections.ConfigDict) -> None:
@@ -272,7 +289,9 @@ def _small(config: ml_collections.ConfigDict) -> None:
     """A 3-colour game and a 128x2 network for learning experiments: 25-45 s an iteration
     on a 2-core CPU. 1024 advantage updates (256 left the networks underfit), 4096
     traversals per player (better in every run they were tried in) and the default's
-    2M-row memories (better than 300,000 in self-play): docs/experiments.md, 7 to 11."""
+    2M-row memories (better than 300,000 in self-play): docs/experiments.md, 7 to 11.
+    The estimator is `plain`'s, the one those sections measured."""
+    _plain(config)
     config.rules.n_colors = 3
     config.rules.hand_size = 6
     config.rules.max_turns = 60
@@ -296,7 +315,12 @@ def _small(config: ml_collections.ConfigDict) -> None:
 def _tiny(config: ml_collections.ConfigDict) -> None:
     """lc_cfr.spiel.TINY_RULES (one colour of five cards, one-card hands), small enough
     that OpenSpiel computes the exact exploitability every few iterations
-    (docs/exploitability.md); needs the `openspiel` extra."""
+    (docs/exploitability.md); needs the `openspiel` extra. The estimator is `plain`'s:
+    the exact computation needs every draw allowed, `path` drawing among a path's choices
+    over-weights the late decisions of games of at most 8 (docs/experiments.md section
+    15), leaves 8 decisions down would never cut one, and tests/test_learning.py's bounds
+    were measured with it."""
+    _plain(config)
     config.rules.n_colors = 1
     config.rules.n_ranks = 4
     config.rules.n_wagers = 1
@@ -324,7 +348,10 @@ def _tiny(config: ml_collections.ConfigDict) -> None:
 
 
 def _smoke(config: ml_collections.ConfigDict) -> None:
-    """A tiny variant and network: a few iterations in well under a minute on a CPU."""
+    """A tiny variant and network: a few iterations in well under a minute on a CPU, with
+    `plain`'s estimator (no value network to compile and train; tests/test_trainer.py runs
+    the default's modes at this size)."""
+    _plain(config)
     config.rules.n_colors = 2
     config.rules.n_ranks = 5
     config.rules.n_wagers = 1

@@ -136,7 +136,7 @@ def evaluations(rows: list[dict]) -> dict[str, dict]:
 
 
 # Presets a run is compared with; the one it differs from least is reported.
-PRESETS = ("", "small", "tiny", "smoke", "classic", "small,classic")
+PRESETS = ("", "plain", "small", "tiny", "smoke", "classic", "small,classic")
 
 
 def load_default_config(path: str | pathlib.Path):

@@ -9,7 +9,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "config_reference.py"
 REFERENCE = ROOT / "docs" / "config.md"
-PRESET_NAMES = {"small", "tiny", "smoke", "classic", "wide"}
+PRESET_NAMES = {"small", "tiny", "smoke", "classic", "wide", "plain"}
 # Fields with no comment of their own: the "Annealing" comment above traversal.epsilon_decay
 # describes all three, but the generator attaches a comment to the one field below it.
 # Comment them in configs/default.py and drop them from here; never add to this set.

@@ -278,3 +278,28 @@ def test_generator_identical_in_jax_c_and_python():
     for column in range(50):
         assert rng.random_bits_py(*[int(w) for w in words[:, column]]) == int(c_bits[column])
     assert cy_engine.random_bits(1, 2, 3, 4, 5) == rng.random_bits_py(1, 2, 3, 4, 5)
+
+
+def test_playable_pile_tops_identical_at_every_decision():
+    """engine.playable_pile_tops, the piles `draws='playable'` keeps, against CyGame's at
+    every decision of random games (card and draw phases, both movers)."""
+    rules, games = Rules(), 200
+    trajectory = record_random_games(rules, SEED, 0, jnp.arange(games, dtype=jnp.int32))
+    tops = jax.jit(jax.vmap(jax.vmap(lambda state: engine.playable_pile_tops(rules, state))))
+    expected = np.asarray(tops(trajectory.states))  # [decision, game, colour]
+    actions = np.asarray(trajectory.actions)
+    seen = 0
+    for game in range(games):
+        cy_game = cy_engine.CyGame(rules)
+        cy_game.deal(SEED, game, 0)
+        found = []
+        for action in actions[:, game]:
+            if action < 0:
+                break
+            found.append(cy_game.playable_pile_tops_array())
+            cy_game.apply(int(action))
+        chex.assert_trees_all_equal(
+            np.stack(found), expected[: len(found), game], custom_message=f"game {game}"
+        )
+        seen += int(np.sum(found))
+    assert 0 < seen < expected.size  # both answers occur

@@ -6,7 +6,6 @@ records its calls and returns each deal's index as its margin."""
 import types
 
 import numpy as np
-import pytest
 
 from lc_cfr.eval import api, sequential
 from lc_cfr.eval.games import GameRecords
@@ -23,8 +22,10 @@ class _Loop:
     def bot_player(self, name, *, seed, simulations):
         return types.SimpleNamespace(name=name, seed=seed, simulations=simulations)
 
-    def NetworkPlayer(self, spec, params, *, view, mode, fallback, seed, name=None):  # noqa: N802
-        return types.SimpleNamespace(name=name or view, view=view, params=params, mode=mode)
+    def NetworkPlayer(self, spec, params, *, view, mode, fallback, seed, name=None, draws):  # noqa: N802
+        return types.SimpleNamespace(
+            name=name or view, view=view, params=params, mode=mode, draws=draws
+        )
 
     def play_mirrored(self, rules, agent, opponent, *, deals, seed):
         deals = list(range(deals)) if isinstance(deals, int) else list(deals)
@@ -73,18 +74,19 @@ def test_bots_against_the_loop_one_block_each():
     assert not sequential.is_sequential(loop, "random")
 
 
-def test_a_draw_restriction_is_refused_against_the_loops_bots():
-    # the loop's players cannot apply the run's `draws`: refused before any game
+def test_a_draw_restriction_reaches_every_network_player_of_the_loop():
+    # the loop's players apply the run's `draws` (lc_cfr.spiel.bots.NetworkPlayer)
     loop = _Loop()
-    with pytest.raises(ValueError, match=r"draws='playable'.*\['search'\]"):
-        sequential.evaluate(
-            loop,
-            Rules(),
-            None,
-            {"average_strategy": "strategy"},
-            opponents=("search",),
-            games=2,
-            simulations=1,
-            draws="playable",
-        )
-    assert loop.played == []
+    snapshots = api.Snapshots(advantage=(np.arange(4.0), 10 + np.arange(4.0)), count=3)
+    sequential.evaluate(
+        loop,
+        Rules(),
+        None,
+        {"average_strategy": "strategy", "sd_cfr": snapshots},
+        opponents=("search",),
+        games=12,
+        simulations=1,
+        draws="playable",
+    )
+    assert len(loop.played) == 4  # the strategy's block and one per SD-CFR snapshot
+    assert {player.draws for player, _ in loop.played} == {"playable"}

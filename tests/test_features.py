@@ -166,7 +166,7 @@ def test_the_config_field_reaches_the_networks_and_old_runs_read_without_it():
 
     from lc_cfr.train import run_format, setup
 
-    config = load_default_config().get_config()
+    config = load_default_config().get_config("plain")  # the default reads them
     rules = setup.rules_from_config(config)
     assert not setup.spec_from_config(config, rules).strategic_features
     config.network.strategic_features = True

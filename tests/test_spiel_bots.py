@@ -99,22 +99,35 @@ def test_bot_games_equal_lc_cfr_eval():
 
 
 @pytest.mark.parametrize(
-    "view, mode", [("average_strategy", "greedy"), ("current", "sampled")], ids=["avg", "cur"]
+    "view, mode, draws",
+    [
+        ("average_strategy", "greedy", "any"),
+        ("current", "sampled", "any"),
+        ("current", "sampled", "playable"),
+    ],
+    ids=["avg", "cur", "cur_playable"],
 )
-def test_network_games_equal_lc_cfr_eval(view, mode):
-    """The information-state tensor is lc_cfr's encoding, the counters are eval's."""
+def test_network_games_equal_lc_cfr_eval(view, mode, draws):
+    """The information-state tensor is lc_cfr's encoding, the counters are eval's, and a
+    run's `draws` restriction masks the same pile draws in both loops."""
     spec = mlp.NetworkSpec(RULES.encoding_size, RULES.num_actions, hidden_size=16, num_layers=1)
     keys = jax.random.split(jax.random.PRNGKey(3), 2)
     params = mlp.init_params(spec, keys[0])
     if view == "current":
         params = (params, mlp.init_params(spec, keys[1]))
-    agent = eval_games.network_agent(view, mode, "uniform")
+    agent = eval_games.network_agent(view, mode, "uniform", draws)
     lockstep = eval_games.play(RULES, spec, agent, "noisy_safe", params, games=GAMES, seed=SEED)
-    player = bots.NetworkPlayer(spec, params, view=view, mode=mode, fallback="uniform", seed=SEED)
+    player = bots.NetworkPlayer(
+        spec, params, view=view, mode=mode, fallback="uniform", seed=SEED, draws=draws
+    )
     sequential = bots.play_mirrored(
         RULES, player, bots.LcBot("noisy_safe", SEED), deals=GAMES // 2, seed=SEED
     )
     _assert_same_records(lockstep.records, sequential)
+    if draws != "any":  # the mask removed some of the pile draws unrestricted play takes
+        agent = eval_games.network_agent(view, mode, "uniform")
+        free = eval_games.play(RULES, spec, agent, "noisy_safe", params, games=GAMES, seed=SEED)
+        assert lockstep.records.pile_draws.sum() < free.records.pile_draws.sum()
 
 
 # ----- ISMCTS's worlds ----------------------------------------------------------------

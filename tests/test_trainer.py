@@ -143,18 +143,35 @@ def test_value_network_state_resumes_exactly(tmp_path):
         Trainer(smoke_config(**{**overrides, "optimization.learner": "torch"}), tmp_path / "t")
 
 
-def test_value_leaves_train_the_value_network_and_report_the_guard(tmp_path):
-    """leaf_decisions: the value network learns from the leaves' samples (the same state as
-    the outcome estimators', checkpointed alike) and the rows carry the guard's figures."""
-    overrides = {
-        "run.max_iterations": 2,
-        "traversal.sampling_mode": "external",
-        "traversal.expand_at": "path",
-        "traversal.max_depth": 1,
-        "traversal.leaf_decisions": 3,
-        "traversal.leaf_check_share": 0.5,
-    }
-    state = Trainer(smoke_config(**overrides), tmp_path).run()
+# The default's estimator, which `plain` (and with it `smoke`, `small`, `tiny`) replaces.
+DEFAULT_MODES = (
+    "draws",
+    "traversal.expand_at",
+    "traversal.leaf_decisions",
+    "network.strategic_features",
+)
+
+
+def _modes(config) -> dict:
+    """{dotted name: value} of DEFAULT_MODES in `config`."""
+    modes = {}
+    for name in DEFAULT_MODES:
+        node = config
+        for part in name.split("."):
+            node = node[part]
+        modes[name] = node
+    return modes
+
+
+def test_the_defaults_modes_train_at_smoke_size(tmp_path):
+    """The default's estimator at smoke size (`smoke` runs `plain`'s): the value network
+    learns from the leaves' samples (the same state as the outcome estimators',
+    checkpointed alike) and the rows carry the leaves' guard figures."""
+    overrides = _modes(default_config.get_config(""))
+    overrides.update({"run.max_iterations": 2, "traversal.leaf_check_share": 0.5})
+    trainer = Trainer(smoke_config(**overrides), tmp_path)
+    assert trainer.options.draws == "playable" and trainer.options.expand_at == "path"
+    state = trainer.run()
     assert int(state.value_memory.seen) > 0
     row = _rows(tmp_path)[-1]
     assert row["loss/value"] >= 0 and row["traversal/leaves"] > 0
@@ -342,6 +359,18 @@ def test_presets_build_a_trainer(tmp_path):
         config = default_config.get_config(preset)
         trainer = Trainer(config, tmp_path / (preset or "default"))
         assert trainer.options.traversals_per_player == config.traversal.traversals_per_player
+    # the small variants' presets and `classic` keep `plain`'s estimator (the one their
+    # yardsticks measured; `classic` for the torch backends), which differs from the
+    # default's in every mode
+    plain = _modes(default_config.get_config("plain"))
+    default = _modes(default_config.get_config(""))
+    assert all(plain[name] != default[name] for name in DEFAULT_MODES), (plain, default)
+    for preset in ("tiny", "small", "smoke", "classic", "wide,classic", "smoke,classic"):
+        modes = _modes(default_config.get_config(preset))
+        if "classic" in preset:  # outcome sampling from the root
+            assert modes.pop("traversal.expand_at") == "root", preset
+        assert modes.items() <= plain.items(), preset
+    assert _modes(default_config.get_config("wide")) == default
     # `wide` restores the predecessor's sizes, which docs/performance.md's figures used;
     # `classic` changes only the estimator and head, so the two combine in either order.
     for preset in ("wide,classic", "classic,wide"):

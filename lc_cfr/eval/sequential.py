@@ -35,9 +35,10 @@ class SequentialLoop(Protocol):
         """A new player for a bot name (one per seat)."""
 
     def NetworkPlayer(  # the class of lc_cfr.spiel.bots
-        self, spec: mlp.NetworkSpec, params, *, view, mode, fallback, seed, name=None
+        self, spec: mlp.NetworkSpec, params, *, view, mode, fallback, seed, name=None, draws
     ) -> Any:
-        """A player of a policy view (`average_strategy` or `current`) of networks."""
+        """A player of a policy view (`average_strategy` or `current`) of networks, its
+        pile draws restricted by `draws` (lc_cfr.traversal.policy.DRAWS)."""
 
     def play_mirrored(self, rules: Rules, agent, opponent, *, deals, seed: int) -> Any:
         """Every deal twice, seats swapped; `.records` {GameRecords field: [2, D] array}."""
@@ -94,12 +95,13 @@ def view_blocks(
     mode: str,
     fallback: str,
     seed: int,
+    draws: str = "any",
 ) -> list[tuple[Any, int | range]]:
     """The (player, deals) blocks of one policy view: one block of `deals` deals, or for
     sd_cfr one per block of `api.sd_cfr_blocks`, played by that snapshot's RM policy."""
     if view != api.SD_CFR:
         player = loop.NetworkPlayer(
-            spec, params, view=view, mode=mode, fallback=fallback, seed=seed
+            spec, params, view=view, mode=mode, fallback=fallback, seed=seed, draws=draws
         )
         return [(player, deals)]
     return [
@@ -112,6 +114,7 @@ def view_blocks(
                 fallback=fallback,
                 seed=seed,
                 name=api.SD_CFR,
+                draws=draws,
             ),
             block.deal_range,
         )
@@ -135,14 +138,9 @@ def evaluate(
     draws: str = "any",
 ) -> dict[str, float]:
     """`api.evaluate` (one `mode` for every view) against opponents that may include the
-    loop's bots: the lc_cfr bots in lockstep, the loop's one game at a time (the views'
-    `draws` restriction is applied in lockstep only)."""
+    loop's bots: the lc_cfr bots in lockstep, the loop's one game at a time; both apply
+    the views' `draws` restriction."""
     lockstep = [o for o in opponents if not is_sequential(loop, o)]
-    if draws != "any" and len(lockstep) < len(opponents):
-        raise ValueError(
-            f"the run's draws={draws!r} is applied by the lockstep evaluation only: "
-            f"the OpenSpiel opponents {sorted(set(opponents) - set(lockstep))} cannot meet it"
-        )
     metrics: dict[str, float] = {}
     if lockstep:
         metrics = api.evaluate(
@@ -162,7 +160,15 @@ def evaluate(
             continue
         for view, params in params_views.items():
             blocks = view_blocks(
-                loop, spec, view, params, deals=games // 2, mode=mode, fallback=fallback, seed=seed
+                loop,
+                spec,
+                view,
+                params,
+                deals=games // 2,
+                mode=mode,
+                fallback=fallback,
+                seed=seed,
+                draws=draws,
             )
             metrics.update(
                 play_blocks(loop, rules, blocks, view, opponent, seed=seed, simulations=simulations)

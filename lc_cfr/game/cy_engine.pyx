@@ -703,6 +703,19 @@ cdef class CyGame:
         lc_legal_mask(&self.r, &self.s, &view[0])
         return out.view(np.bool_)
 
+    def playable_pile_tops_array(self):
+        """[n_colors] np.bool_: colour c's discard pile is not empty and its top card may be
+        played onto the mover's expedition now (engine.playable_pile_tops; the pile draws
+        that `draws='playable'` keeps)."""
+        out = np.zeros(self.r.n_colors, dtype=np.uint8)
+        cdef int c, top
+        cdef int k = self.r.cards_per_color
+        for c in range(self.r.n_colors):
+            if self.s.pile_sizes[c] > 0:
+                top = self.s.discards[c * k + self.s.pile_sizes[c] - 1]
+                out[c] = _can_play(&self.r, &self.s, self.s.current_player, top)
+        return out.view(np.bool_)
+
     def legal_actions(self):
         """The legal actions in ascending order (a Python list)."""
         return np.flatnonzero(self.legal_mask_array()).tolist()

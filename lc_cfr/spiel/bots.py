@@ -384,7 +384,10 @@ class NetworkPlayer(Player):
     regret matching on the advantage network of the player it is (`fallback` as in the
     run). `greedy` takes the most probable legal action (lowest index among ties);
     `sampled` draws with `rng.random_bits(seed, 0, game_id, decision, SAMPLE)`, as
-    `lc_cfr.eval.games` does. One forward per decision (batch 1).
+    `lc_cfr.eval.games` does. `draws` restricts the pile draws as the run's `draws` does
+    in lockstep (`policy.restrict_draws`; the Cython engine's `playable_pile_tops_array`,
+    held equal to the JAX engine's by tests/test_engine_parity.py). One forward per
+    decision (batch 1).
     """
 
     def __init__(
@@ -397,6 +400,7 @@ class NetworkPlayer(Player):
         fallback: str = "argmax_tiebreak",
         seed: int = 0,
         name: str | None = None,
+        draws: str = "any",
     ):
         if view not in ("average_strategy", "current"):
             raise ValueError(f"view must be average_strategy or current, got {view!r}")
@@ -407,12 +411,16 @@ class NetworkPlayer(Player):
         self.name = name or view
         self._params = tuple(params) if view == "current" else params
         self._view, self._mode, self._seed = view, mode, int(rng.as_word(seed))
+        self._draws = pol.check_draws(draws)
         self._choose = _chooser(spec, view, mode, fallback)
 
     def action(self, state, *, deal, game_id, decision):
         player = state.current_player()
         obs = np.asarray(state.information_state_tensor(player), np.float32)
         mask = state.engine.legal_mask_array().astype(bool)
+        if self._draws != "any":  # the pile draws are the last C actions; the deck stays
+            tops = state.engine.playable_pile_tops_array()
+            mask[-len(tops) :] &= tops if self._draws == "playable" else np.zeros_like(tops)
         params = self._params[player] if self._view == "current" else self._params
         bits = 0
         if self._mode == "sampled":
