@@ -19,10 +19,12 @@ def _script(name: str, *args, cwd=ROOT):
     return subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, text=True)
 
 
-@pytest.mark.slow
-def test_best_response_then_plots(tmp_path):
-    pytest.importorskip("matplotlib", reason="the plots need the plots extra")
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def best_response_run(tmp_path_factory) -> pathlib.Path:
+    """One iteration of scripts/best_response.py on the smoke preset, evaluated, in
+    `run` beside its curve (`curve.json`): the plots read its metrics and the yardsticks
+    its checkpoint (none of them writes into the run), so one run serves both tests."""
+    run = tmp_path_factory.mktemp("best_response") / "run"
     _script(
         "best_response.py",
         "--preset=smoke",
@@ -32,9 +34,16 @@ def test_best_response_then_plots(tmp_path):
         "--games=8",
         f"--workdir={run}",
         "--set=network.head=card",
-        f"--json={tmp_path / 'curve.json'}",
+        f"--json={run.parent / 'curve.json'}",
     )
-    curve = json.loads((tmp_path / "curve.json").read_text())
+    return run
+
+
+@pytest.mark.slow
+def test_best_response_then_plots(best_response_run, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plots need the plots extra")
+    run = best_response_run
+    curve = json.loads((run.parent / "curve.json").read_text())
     assert curve["opponent"] == "passive_discard" and len(curve["curve"]) == 1
     point = curve["curve"][0]
     assert point["iteration"] == 1 and {"current", "average_strategy"} <= set(point)
@@ -67,17 +76,8 @@ def test_best_response_refuses_unknown_fields(tmp_path):
 
 
 @pytest.mark.slow
-def test_expeditions_follows_every_opened_expedition(tmp_path):
-    run = tmp_path / "run"
-    _script(
-        "best_response.py",
-        "--preset=smoke",
-        "--opponent=passive_discard",
-        "--iterations=1",
-        "--eval-every=0",
-        "--games=8",
-        f"--workdir={run}",
-    )
+def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path):
+    run = best_response_run
     out = tmp_path / "expeditions.json"
     for view in ("average_strategy", "current"):
         _script(

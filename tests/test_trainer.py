@@ -463,9 +463,11 @@ def test_runs_saved_in_the_format_before_orbax_resume_exactly(tmp_path):
 
 
 def test_runs_saved_before_the_own_known_block_resume(tmp_path):
-    """A run whose config and memories predate the encoding's own_known block resumes."""
+    """A run whose config and memories predate the encoding's own_known block resumes.
+    (One iteration saved, one resumed: the smoke preset's evaluation at iteration 3 would
+    add compiles and check nothing here.)"""
     overrides = {"network.own_known_input": False}
-    Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path).run()
+    Trainer(smoke_config(**{"run.max_iterations": 1, **overrides}), tmp_path).run()
     # turn the run into one written before the block existed
     config = json.loads((tmp_path / "config.json").read_text())
     del config["network"]["own_known_input"]
@@ -482,28 +484,30 @@ def test_runs_saved_before_the_own_known_block_resume(tmp_path):
 
     _rewrite_latest_checkpoint(tmp_path, drop_own_known)
     with pytest.raises(ValueError, match="network.own_known_input"):
-        Trainer(smoke_config(**{"run.max_iterations": 3}), tmp_path).run()
-    state = Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path).restore()[0]
+        Trainer(smoke_config(**{"run.max_iterations": 2}), tmp_path).run()
+    state = Trainer(smoke_config(**{"run.max_iterations": 1, **overrides}), tmp_path).restore()[0]
     before = old["advantage_memory_0/info"]
     restored = codec.decode_numpy(np.asarray(state.advantage_memory[0].info[: len(before)]))
     assert not restored[:, 7 * n : 8 * n].any()  # the block's columns are zeros
     np.testing.assert_array_equal(
         np.delete(restored, np.s_[7 * n : 8 * n], 1), np.delete(before, np.s_[7 * n : 8 * n], 1)
     )
-    state = Trainer(smoke_config(**{"run.max_iterations": 3, **overrides}), tmp_path).run()
-    assert state.iteration == 3
+    state = Trainer(smoke_config(**{"run.max_iterations": 2, **overrides}), tmp_path).run()
+    assert state.iteration == 2
 
 
 def test_memory_storage_and_growth_change_nothing_but_the_bytes(tmp_path):
     """Packed rows in memories that grow from 8 rows train what float16 rows allocated
     up front train (to float32 rounding); a grown run resumes exactly, and a float16 run
-    resumes packed."""
+    resumes packed. Two iterations: the advantage memories grow at both (16 rows, then
+    32), so the run resumed after the first grows again; no evaluation (the smoke
+    preset's comes at iteration 3) and one allocation fewer to compile for."""
     runs = {
         "packed": {"memory.info_storage": "packed", "memory.initial_rows": 8},
         "float16": {"memory.info_storage": "float16", "memory.initial_rows": 0},
     }
     states = {
-        name: Trainer(smoke_config(**{"run.max_iterations": 3, **o}), tmp_path / name).run()
+        name: Trainer(smoke_config(**{"run.max_iterations": 2, **o}), tmp_path / name).run()
         for name, o in runs.items()
     }
     packed, plain = states["packed"], states["float16"]
@@ -528,14 +532,19 @@ def test_memory_storage_and_growth_change_nothing_but_the_bytes(tmp_path):
     rows = _rows(tmp_path / "packed")
     assert rows[-1]["memory/bytes"] < _rows(tmp_path / "float16")[-1]["memory/bytes"] / 4
 
-    Trainer(smoke_config(**{"run.max_iterations": 2, **runs["packed"]}), tmp_path / "split").run()
+    first = Trainer(
+        smoke_config(**{"run.max_iterations": 1, **runs["packed"]}), tmp_path / "split"
+    ).run()
     split = Trainer(
-        smoke_config(**{"run.max_iterations": 3, **runs["packed"]}), tmp_path / "split"
+        smoke_config(**{"run.max_iterations": 2, **runs["packed"]}), tmp_path / "split"
     ).run()
     chex.assert_trees_all_equal(split, packed)
+    # the resumed memories went on growing from the allocation they were saved with
+    for saved, resumed in zip(first.advantage_memory, split.advantage_memory, strict=True):
+        assert 8 < reservoir.allocated_rows(saved) < reservoir.allocated_rows(resumed)
     # a run written with float16 rows resumes with packed ones (and the other way round)
-    Trainer(smoke_config(**{"run.max_iterations": 2, **runs["float16"]}), tmp_path / "mix").run()
-    mixed = Trainer(smoke_config(**{"run.max_iterations": 3, **runs["packed"]}), tmp_path / "mix")
+    Trainer(smoke_config(**{"run.max_iterations": 1, **runs["float16"]}), tmp_path / "mix").run()
+    mixed = Trainer(smoke_config(**{"run.max_iterations": 2, **runs["packed"]}), tmp_path / "mix")
     mixed = mixed.run()
     assert mixed.strategy_memory.info.dtype == np.uint8
     chex.assert_trees_all_close(
