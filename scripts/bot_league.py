@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import pathlib
 import sys
 import time
@@ -32,6 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from lc_cfr.bots import BOT_NAMES, check_bot_name  # noqa: E402
 from lc_cfr.bots.jax_bots import bot_action  # noqa: E402
+from lc_cfr.eval.metrics import per_deal_stderr  # noqa: E402
 from lc_cfr.game import engine, rng  # noqa: E402
 from lc_cfr.game.rules import Rules  # noqa: E402
 
@@ -92,7 +92,7 @@ def play_pair(rules: Rules, bot_a: str, bot_b: str, seed: int, deals: int) -> di
     score_b = scores[rows, 1 - a_seat].astype(np.float64)
     margin = score_a - score_b
     per_deal = 0.5 * (margin[:deals] + margin[deals:])
-    se = float(np.std(per_deal, ddof=1) / math.sqrt(deals)) if deals > 1 else float("nan")
+    se = per_deal_stderr(per_deal)
     return {
         "bot_a": bot_a,
         "bot_b": bot_b,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import pathlib
 import sys
 
@@ -36,17 +35,13 @@ sys.path.insert(0, str(ROOT))
 from lc_cfr.bots import BOT_NAMES  # noqa: E402
 from lc_cfr.eval import games as eval_games  # noqa: E402
 from lc_cfr.eval.api import parse_names  # noqa: E402
-from lc_cfr.eval.metrics import summarize  # noqa: E402
+from lc_cfr.eval.metrics import per_deal_stderr, summarize  # noqa: E402
 from lc_cfr.train.saved_networks import load_saved_networks  # noqa: E402
 
 
 def _per_deal(records: eval_games.GameRecords) -> np.ndarray:
     """[D] the mean margin of each deal's two mirrored games."""
     return np.asarray(records.margin, np.float64).mean(axis=0)
-
-
-def _stderr(values: np.ndarray) -> float:
-    return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
 
 
 # this script's names for the evaluation metrics it prints (lc_cfr.eval.metrics)
@@ -88,9 +83,9 @@ def compare(saved, view: str, opponent: str, games: int, seed: int, fallback: st
         "opponent": opponent,
         **{draws: _play_stats(r) for draws, r in records.items()},
         "pile_draw_gain": float(gain.mean()),
-        "pile_draw_gain_stderr": _stderr(gain),
+        "pile_draw_gain_stderr": per_deal_stderr(gain),
         "unplayable_pile_draw_gain": float(unplayable.mean()),
-        "unplayable_pile_draw_gain_stderr": _stderr(unplayable),
+        "unplayable_pile_draw_gain_stderr": per_deal_stderr(unplayable),
     }
 
 

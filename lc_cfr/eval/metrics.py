@@ -63,14 +63,19 @@ def _ratio(num, den) -> float:
     return float(num) / float(den) if den else 0.0
 
 
+def per_deal_stderr(per_deal) -> float:
+    """Standard error of the mean of [D] per-deal values (a deal's mirrored games are one
+    observation): std(ddof=1) / sqrt(D); NaN for a single deal."""
+    deals = len(per_deal)
+    return float(np.std(per_deal, ddof=1) / math.sqrt(deals)) if deals > 1 else math.nan
+
+
 def summarize(records: GameRecords) -> dict[str, float]:
     """The METRICS of one (agent, opponent) evaluation, from its [2, D] records."""
     r = {name: np.asarray(value, np.int64) for name, value in records._asdict().items()}
     margin = r["margin"]
     games = margin.size
-    deals = margin.shape[1]
-    per_deal = margin.mean(axis=0)
-    stderr = float(np.std(per_deal, ddof=1) / math.sqrt(deals)) if deals > 1 else math.nan
+    stderr = per_deal_stderr(margin.mean(axis=0))
     card = r["plays"].sum() + r["discards"].sum()
     draw = r["deck_draws"].sum() + r["pile_draws"].sum()
     opened = r["opened"].sum()
