@@ -176,6 +176,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.optimization.strategy_batch_size = 1024  # samples per update
     config.optimization.advantage_init = "scratch"  # scratch | warm_start
     config.optimization.strategy_train_every = 1  # iterations between strategy training
+    # The strategy network at each training: warm_start (trained on from its last fit) |
+    # scratch (re-drawn and fitted anew, as Brown et al. fit it once, at the end; on the
+    # full game it plays 5-8 points better at the same cost: docs/experiments.md 27)
+    config.optimization.strategy_init = "scratch"
     config.optimization.value_updates = 256  # value network (outcome estimators), warm
     config.optimization.value_batch_size = 512  # samples per value update
     # optax (JAX) | torch (on run.device, with run.use_amp / run.torch_compile); the two
@@ -269,12 +273,14 @@ def _classic(config: ml_collections.ConfigDict) -> None:
 def _plain(config: ml_collections.ConfigDict) -> None:
     """The default until 2026-12-04 (docs/experiments.md sections 2-13): the expansion at
     a decision drawn uniformly below the length of a game without pile draws, children
-    played out to the end, the encoding alone and any draw. The small variants' yardsticks
-    were measured with it, so `tiny`, `small` and `smoke` apply it."""
+    played out to the end, the encoding alone, any draw and a warm-started strategy
+    network. The small variants' yardsticks were measured with it, so `tiny`, `small`
+    and `smoke` apply it."""
     config.draws = "any"
     config.traversal.expand_at = "sampled"
     config.traversal.leaf_decisions = 0
     config.network.strategic_features = False
+    config.optimization.strategy_init = "warm_start"
 
 
 def _wide(config: ml_collections.ConfigDict) -> None:

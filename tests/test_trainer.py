@@ -18,7 +18,7 @@ import pytest
 from config_helpers import default_config
 
 from lc_cfr.memory import reservoir
-from lc_cfr.train import Trainer, checkpoint
+from lc_cfr.train import Trainer, checkpoint, keys
 from lc_cfr.train.saved_networks import load_saved_networks
 from lc_cfr.traversal import lockstep
 
@@ -149,6 +149,7 @@ DEFAULT_MODES = (
     "traversal.expand_at",
     "traversal.leaf_decisions",
     "network.strategic_features",
+    "optimization.strategy_init",
 )
 
 
@@ -176,6 +177,14 @@ def test_the_defaults_modes_train_at_smoke_size(tmp_path):
     row = _rows(tmp_path)[-1]
     assert row["loss/value"] >= 0 and row["traversal/leaves"] > 0
     assert -1 <= row["traversal/leaf_corr_p0"] <= 1 and row["traversal/leaf_rmse_p0"] >= 0
+    # strategy_init=scratch: the network is the learner's fit, on the memory, of one
+    # re-drawn from the iteration's REINIT key (warm_start would train iteration 1's on)
+    learner, owner = trainer.strategy_learner, keys.Owner.STRATEGY
+    redrawn = learner.init(trainer.key(2, owner, keys.Use.REINIT))
+    fitted, _, _ = learner.train(
+        *redrawn, state.strategy_memory, trainer.key(2, owner, keys.Use.TRAIN)
+    )
+    chex.assert_trees_all_equal(state.strategy_params, fitted)
 
 
 def test_held_out_advantage_samples_stay_out_of_the_memory_and_are_scored(tmp_path):
@@ -229,6 +238,7 @@ def test_config_errors_name_the_field(tmp_path):
         ({"network.activation": "swish"}, "network.activation"),
         ({"training_weighting.mode": "t2"}, "training_weighting.mode"),
         ({"optimization.advantage_init": "keep"}, "optimization.advantage_init"),
+        ({"optimization.strategy_init": "keep"}, "optimization.strategy_init"),
         ({"network.head": "card", "traversal.backend": "recursive"}, "network.head"),
         ({"network.head": "card", "optimization.learner": "torch"}, "network.head"),
         ({"evaluation.exploitability_every": 1}, "evaluation.exploitability_every"),

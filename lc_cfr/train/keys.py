@@ -31,7 +31,7 @@ class Use(enum.IntEnum):
     INIT = 0  # network initialisation (iteration 0)
     ADVANTAGE_ADD = 1  # reservoir slots of a player's advantage samples
     STRATEGY_ADD = 2  # reservoir slots of the strategy samples a player's traversal made
-    REINIT = 3  # advantage_init='scratch': the network re-drawn every iteration
+    REINIT = 3  # *_init='scratch': the network re-drawn before each of its trainings
     TRAIN = 4  # the learner's batches
     HOLDOUT = 5  # optimization.advantage_holdout: which advantage samples are held out
     # the SD_CFR stream's own uses (their numbers repeat INIT's and ADVANTAGE_ADD's, as

@@ -76,6 +76,7 @@ ADDED_FIELDS = {
     "traversal.leaf_targets": "mixed",
     "draws": "any",
     "optimization.advantage_holdout": 0.0,
+    "optimization.strategy_init": "warm_start",
     "traversal.outcome_estimator": "importance",
     "traversal.value_lambda": 1.0,
     "regret_matching.floor": 0.0,

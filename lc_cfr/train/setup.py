@@ -27,7 +27,7 @@ from lc_cfr.traversal import api
 from lc_cfr.traversal.torch import WorkerSettings
 
 LEARNERS = ("optax", "torch")
-ADVANTAGE_INITS = ("scratch", "warm_start")
+NETWORK_INITS = ("scratch", "warm_start")  # optimization.advantage_init, strategy_init
 EVALUATION_MODES = ("greedy", "sampled")
 
 
@@ -71,6 +71,7 @@ class Training(NamedTuple):
     advantage_init: str  # optimization.advantage_init: scratch | warm_start
     advantage_epochs: float  # optimization.advantage_epochs (updates floor: the learner's)
     advantage_holdout: float  # optimization.advantage_holdout: share kept out; 0 = none
+    strategy_init: str  # optimization.strategy_init: scratch | warm_start
     strategy_train_every: int
     non_finite: str  # optimization.non_finite: stop | skip
     weighting: str  # training_weighting.mode
@@ -374,11 +375,11 @@ def training_from_config(config) -> Training:
     opt, memory, sp = config.optimization, config.memory, config.self_play
     epsilon = epsilon_schedule_from_config(config)
     check_weighting(config.training_weighting.mode)
-    if opt.advantage_init not in ADVANTAGE_INITS:
-        raise ValueError(
-            f"optimization.advantage_init must be 'scratch' or 'warm_start', "
-            f"got {opt.advantage_init!r}"
-        )
+    for field in ("advantage_init", "strategy_init"):
+        if opt[field] not in NETWORK_INITS:
+            raise ValueError(
+                f"optimization.{field} must be 'scratch' or 'warm_start', got {opt[field]!r}"
+            )
     health.check_mode(opt.non_finite)
     if not isinstance(opt.advantage_epochs, (int, float)) or opt.advantage_epochs < 0:
         raise ValueError(
@@ -404,6 +405,7 @@ def training_from_config(config) -> Training:
         advantage_init=opt.advantage_init,
         advantage_epochs=float(opt.advantage_epochs),
         advantage_holdout=float(holdout),
+        strategy_init=opt.strategy_init,
         strategy_train_every=opt.strategy_train_every,
         non_finite=opt.non_finite,
         weighting=config.training_weighting.mode,

@@ -255,12 +255,17 @@ def held_out_loss(work: Work, p: int, held: HeldOut, *, spec) -> None:
 NETWORK_NAMES = {"strategy": "average-strategy network", "value": "value network"}
 
 
-def train_network(work: Work, name: str, params, opt, memory, *, learner, key, guard: Guard):
+def train_network(
+    work: Work, name: str, params, opt, memory, *, learner, key, guard: Guard, reinit_key=None
+):
     """(params, opt_state) of the `name` network (of NETWORK_NAMES) after one training
-    call on `memory` (key None: not this iteration); `loss/<name>` recorded."""
+    call on `memory` (key None: not this iteration), from a network re-drawn from
+    `reinit_key` unless it is None (strategy_init='scratch'); `loss/<name>` recorded.
+    A dropped update keeps the network as it was, not the re-drawn one."""
     if key is None:
         return params, opt
-    trained = learner.train(params, opt, memory, key)
+    start = (params, opt) if reinit_key is None else learner.init(reinit_key)
+    trained = learner.train(*start, memory, key)
     params, opt, losses = checked(NETWORK_NAMES[name], work, trained, (params, opt), guard)
     jax.block_until_ready(params)
     work.row[f"loss/{name}"] = float(losses["loss_last"])

@@ -153,11 +153,18 @@ class Trainer:
             self.strategy_learner,
             KeyOwner.STRATEGY,
             due=work.t % self.training.strategy_train_every == 0,
+            scratch=self.training.strategy_init == "scratch",
         )
         value = (state.value_params, state.value_opt)
         if self.value_learner is not None:  # warm-started: the values move a little
             value = self._train_network(
-                work, "value", value, work.value_memory, self.value_learner, KeyOwner.VALUE, True
+                work,
+                "value",
+                value,
+                work.value_memory,
+                self.value_learner,
+                KeyOwner.VALUE,
+                due=True,
             )
         steps.memory_columns(work)
         steps.traversal_columns(work)
@@ -239,13 +246,24 @@ class Trainer:
         if held is not None:
             steps.held_out_loss(work, p, held, spec=self.spec)
 
-    def _train_network(self, work: steps.Work, name: str, trained, memory, learner, owner, due):
+    def _train_network(
+        self, work: steps.Work, name: str, trained, memory, learner, owner, *, due, scratch=False
+    ):
         """The `name` network ('strategy' or 'value') after its training call of this
-        iteration (none unless `due`); `trained` is its (params, opt_state) so far."""
+        iteration (none unless `due`), re-drawn first if `scratch`; `trained` is its
+        (params, opt_state) so far."""
         with steps.timed(work.row, f"{name}_train_seconds"):
             key = self.key(work.t, owner, KeyUse.TRAIN) if due else None
+            reinit = self.key(work.t, owner, KeyUse.REINIT) if due and scratch else None
             return steps.train_network(
-                work, name, *trained, memory, learner=learner, key=key, guard=self._guard
+                work,
+                name,
+                *trained,
+                memory,
+                learner=learner,
+                key=key,
+                reinit_key=reinit,
+                guard=self._guard,
             )
 
     def _offer_sd_snapshot(self, state: TrainState, t: int, params: tuple) -> tuple:
