@@ -8,17 +8,18 @@ The defaults are the best full-game setting of the learning campaign
 (docs/experiments.md): external sampling expanded at a decision drawn from the whole
 played path, the children valued by a history-value network 8 decisions down, strategic
 features beside the encoding, pile draws only of cards the agent can play (sections 17,
-21, 22 and 25) and a card-indexed output head; for a 2-core CPU a 256x3 network with
-2048 traversals per player (better at equal wall time than the predecessor's 512x3 with
-1024: section 12); the rest mirrors the predecessor's seeds (512 updates of batch 1024
-per network, 2M-sample memories, evaluation every 25 iterations, mirrored, 1000 games
-per opponent where the seeds had 100 unmirrored). Presets: `small` (3 colours, for
-experiments), `tiny` (exact exploitability), `smoke` (seconds), `classic` (Deep CFR as
-Brown et al. ran it: outcome sampling from the root and a slot head; every backend runs
-it), `wide` (the predecessor's 512x3 network and 1024 traversals, which
-docs/performance.md measures against it), `plain` (the estimator of the default until
-2026-12-04; `small`, `tiny` and `smoke` use it). Only the trainer reads this file; every
-helper takes explicit arguments.
+21, 22 and 25), a card-indexed output head, advantage networks fitted with two passes
+over their memories and a strategy network fitted from scratch each iteration (sections
+27, 28); for a 2-core CPU a 256x3 network with 2048 traversals per player (better at
+equal wall time than the predecessor's 512x3 with 1024: section 12); the rest mirrors
+the predecessor's seeds (batches of 1024, 2M-sample memories, evaluation every 25
+iterations, mirrored, 1000 games per opponent where the seeds had 100 unmirrored).
+Presets: `small` (3 colours, for experiments), `tiny` (exact exploitability), `smoke`
+(seconds), `classic` (Deep CFR as Brown et al. ran it: outcome sampling from the root
+and a slot head; every backend runs it), `wide` (the predecessor's 512x3 network and
+1024 traversals, which docs/performance.md measures against it), `plain` (the estimator
+and fits of the default until 2026-12-04; `small`, `tiny` and `smoke` use it). Only the
+trainer reads this file; every helper takes explicit arguments.
 """
 
 import ml_collections
@@ -162,11 +163,13 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # A non-finite loss, sample or parameter: stop (one-line error, nothing of the
     # iteration saved) | skip (drop the update or samples, count them in health/*)
     config.optimization.non_finite = "stop"
-    config.optimization.advantage_updates = 512  # updates per iteration per network
+    config.optimization.advantage_updates = 64  # updates per iteration per network
     # > 0: each advantage training makes this many passes over the player's memory
     # (ceil(epochs x rows / batch) updates, in whole advantage_updates chunks, which are
     # then the minimum), so the fit keeps up as the memory grows; 0 = advantage_updates.
-    config.optimization.advantage_epochs = 0.0
+    # Two passes: a fixed 512 updates fit the early, small memories' noise (a held-out
+    # loss twice as high) and took half of each early iteration (docs/experiments.md 28).
+    config.optimization.advantage_epochs = 2.0
     config.optimization.advantage_batch_size = 1024  # samples per update
     # Share of each iteration's advantage samples kept out of the memory; after training,
     # the network's loss on them is loss/advantage_heldout_p{p}, beside the training loss
@@ -273,14 +276,16 @@ def _classic(config: ml_collections.ConfigDict) -> None:
 def _plain(config: ml_collections.ConfigDict) -> None:
     """The default until 2026-12-04 (docs/experiments.md sections 2-13): the expansion at
     a decision drawn uniformly below the length of a game without pile draws, children
-    played out to the end, the encoding alone, any draw and a warm-started strategy
-    network. The small variants' yardsticks were measured with it, so `tiny`, `small`
-    and `smoke` apply it."""
+    played out to the end, the encoding alone, any draw, a warm-started strategy network
+    and 512 advantage updates an iteration. The small variants' yardsticks were measured
+    with it, so `tiny`, `small` and `smoke` apply it (and then set their own updates)."""
     config.draws = "any"
     config.traversal.expand_at = "sampled"
     config.traversal.leaf_decisions = 0
     config.network.strategic_features = False
     config.optimization.strategy_init = "warm_start"
+    config.optimization.advantage_updates = 512
+    config.optimization.advantage_epochs = 0.0
 
 
 def _wide(config: ml_collections.ConfigDict) -> None:

@@ -150,6 +150,7 @@ DEFAULT_MODES = (
     "traversal.leaf_decisions",
     "network.strategic_features",
     "optimization.strategy_init",
+    "optimization.advantage_epochs",
 )
 
 
