@@ -24,6 +24,9 @@ trainer reads this file; every helper takes explicit arguments.
 
 import ml_collections
 
+# The default's advantage updates: the chunk its two passes over a memory are made of
+ADVANTAGE_CHUNK = 64
+
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """Returns the config; `preset` is the text after the colon (e.g. 'smoke')."""
@@ -163,7 +166,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # A non-finite loss, sample or parameter: stop (one-line error, nothing of the
     # iteration saved) | skip (drop the update or samples, count them in health/*)
     config.optimization.non_finite = "stop"
-    config.optimization.advantage_updates = 64  # updates per iteration per network
+    config.optimization.advantage_updates = ADVANTAGE_CHUNK  # updates per iteration per network
     # > 0: each advantage training makes this many passes over the player's memory
     # (ceil(epochs x rows / batch) updates, in whole advantage_updates chunks, which are
     # then the minimum), so the fit keeps up as the memory grows; 0 = advantage_updates.
@@ -284,8 +287,10 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     config.traversal.leaf_decisions = 0
     config.network.strategic_features = False
     config.optimization.strategy_init = "warm_start"
-    config.optimization.advantage_updates = 512
     config.optimization.advantage_epochs = 0.0
+    # a preset applied before (`tiny,classic`) keeps its own updates
+    if config.optimization.advantage_updates == ADVANTAGE_CHUNK:
+        config.optimization.advantage_updates = 512
 
 
 def _wide(config: ml_collections.ConfigDict) -> None:
