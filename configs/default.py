@@ -184,7 +184,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.optimization.strategy_train_every = 1  # iterations between strategy training
     # The strategy network at each training: warm_start (trained on from its last fit) |
     # scratch (re-drawn and fitted anew, as Brown et al. fit it once, at the end; on the
-    # full game it plays 5-8 points better at the same cost: docs/experiments.md 27)
+    # full game it plays 3-9 points better against safe_heuristic at the same cost:
+    # docs/experiments.md 27)
     config.optimization.strategy_init = "scratch"
     config.optimization.value_updates = 256  # value network (outcome estimators), warm
     config.optimization.value_batch_size = 512  # samples per value update
@@ -288,7 +289,8 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     config.network.strategic_features = False
     config.optimization.strategy_init = "warm_start"
     config.optimization.advantage_epochs = 0.0
-    # a preset applied before (`tiny,classic`) keeps its own updates
+    # `classic` applies this after a preset's own sizes (`tiny,classic`): only the
+    # default's chunk becomes plain's fixed 512, a preset's updates stay
     if config.optimization.advantage_updates == ADVANTAGE_CHUNK:
         config.optimization.advantage_updates = 512
 
