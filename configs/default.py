@@ -187,6 +187,13 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # full game it plays 3-9 points better against safe_heuristic at the same cost:
     # docs/experiments.md 27)
     config.optimization.strategy_init = "scratch"
+    # When the strategy network is trained: every (each strategy_train_every iterations) |
+    # read (only at the iterations that read it: evaluations, kept checkpoints, the
+    # opponent's or the league's use, the last iteration; needs strategy_init=scratch,
+    # whose fit depends on nothing but the iteration, so the networks read are every's;
+    # a checkpoint in between holds the last fit). The fits it skips took 13-25% of the
+    # iterations of the full-game runs of docs/experiments.md 25-28.
+    config.optimization.strategy_train_when = "read"
     config.optimization.value_updates = 256  # value network (outcome estimators), warm
     config.optimization.value_batch_size = 512  # samples per value update
     # optax (JAX) | torch (on run.device, with run.use_amp / run.torch_compile); the two
@@ -288,6 +295,7 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     config.traversal.leaf_decisions = 0
     config.network.strategic_features = False
     config.optimization.strategy_init = "warm_start"
+    config.optimization.strategy_train_when = "every"
     config.optimization.advantage_epochs = 0.0
     # `classic` applies this after a preset's own sizes (`tiny,classic`): only the
     # default's chunk becomes plain's fixed 512, a preset's updates stay

@@ -260,6 +260,7 @@ def run_request(request: Request) -> dict:
         document.update(
             workdir=str(request.workdir),
             checkpoint=networks.iteration,
+            strategy_iteration=networks.strategy_iteration,
             views=list(request.views),
             mode=request.mode,
             fallback=fallback,
@@ -351,6 +352,12 @@ def _main(argv):
         else ""
     )
     print(f"{where}: {request.games} games per opponent, seed {request.seed}{search}")
+    if "average_strategy" in request.views and "strategy_iteration" in document:
+        from lc_cfr.train.saved_networks import strategy_note
+
+        note = strategy_note(document["checkpoint"], document["strategy_iteration"])
+        if note:
+            print(f"note: {note}")
     print(format_table(document["metrics"]))
     for view, figures in document.get("exploitability", {}).items():
         print(f"exploitability of {view}: {figures['exploitability']:.4f} points")

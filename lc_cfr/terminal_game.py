@@ -47,6 +47,7 @@ class Agent:
     iteration: int
     workdir: pathlib.Path
     draws: str = "any"  # the run's `draws` (policy.DRAWS): the pile draws it may take
+    note: str = ""  # what the player should know of the network (`strategy_note`)
 
 
 def load_agent(workdir: str | os.PathLike, iteration: int | None = None) -> Agent:
@@ -73,6 +74,7 @@ def load_agent(workdir: str | os.PathLike, iteration: int | None = None) -> Agen
         iteration=networks.iteration,
         workdir=networks.workdir,
         draws=networks.config.draws,
+        note=networks.strategy_note(),
     )
 
 
@@ -402,6 +404,8 @@ class Game:
             f"Lost Cities: you (player {human}) against checkpoint {self.agent.iteration} "
             f"of {self.agent.workdir} ({self.mode} agent)."
         )
+        if self.agent.note:
+            say(f"Note: {self.agent.note}.")
         say(
             f"Deal {deal}, seed {seed}: replay this game with --deal={deal} --seed={seed} "
             f"--seat={human} --mode={self.mode}."

@@ -329,7 +329,7 @@ def iteration_figures(row: dict, config) -> dict:
     )
     figures["advantage_updates"] = updates
     figures["advantage_ms_per_update"] = 1000 * figures["advantage_train_seconds"] / updates
-    trained = row["iteration"] % config.optimization.strategy_train_every == 0
+    trained = "loss/strategy" in row  # strategy_train_when='read' skips the unread fits
     figures["strategy_updates"] = config.optimization.strategy_updates if trained else 0
     figures["strategy_ms_per_update"] = (
         1000 * figures["strategy_train_seconds"] / config.optimization.strategy_updates

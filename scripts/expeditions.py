@@ -125,6 +125,8 @@ def main() -> None:
         saved = load_saved_networks(args.workdir, args.checkpoint)
     except (OSError, ValueError) as error:
         parser.error(str(error))
+    if saved.strategy_note():
+        print(f"note: {saved.strategy_note()}", file=sys.stderr)
     summary = summarize(play(saved, args.view, args.opponent, args.deals))
     summary.update(
         workdir=args.workdir, checkpoint=saved.iteration, view=args.view, opponent=args.opponent

@@ -125,6 +125,8 @@ def main() -> None:
         "loss_first": float(losses["loss_first"]),
         "loss_last": float(losses["loss_last"]),
         "games": args.games,
+        # strategy_train_when='read': the checkpoint may hold an earlier iteration's fit
+        "before_iteration": int(state.strategy_iteration),
         "before": play(state.strategy_params),  # the same deals for both
         "after": play(params),
     }
@@ -133,6 +135,11 @@ def main() -> None:
         f"updates of {args.batch} rows ({result['weighting']}) on {result['memory_rows']} "
         f"rows in {seconds:.1f}s, loss {result['loss_first']:.4f} -> {result['loss_last']:.4f}"
     )
+    if result["before_iteration"] < result["checkpoint"]:
+        print(
+            f"  (before: the checkpoint's network, fitted at iteration "
+            f"{result['before_iteration']})"
+        )
     for opponent in result["before"]:
         b, a = result["before"][opponent], result["after"][opponent]
         print(

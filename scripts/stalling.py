@@ -121,6 +121,8 @@ def main() -> None:
         saved = load_saved_networks(args.workdir, args.checkpoint)
     except (OSError, ValueError) as error:
         parser.error(str(error))
+    if saved.strategy_note():
+        print(f"note: {saved.strategy_note()}", file=sys.stderr)
     config = saved.config
     fallback = config.regret_matching.all_negative_fallback
     rows = []

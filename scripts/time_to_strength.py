@@ -8,7 +8,8 @@ and plays the state's policy views (--views) against the bots (all six by defaul
 evaluation seed; the run stops after the last mark. An iteration that passes several
 marks is evaluated once for all of them. The clock (wall seconds and this process's CPU
 seconds, which count every XLA thread) starts before the trainer is built, so start-up
-and compiles count as they do for a user; this script's own evaluations do not.
+and compiles count as they do for a user; this script's own evaluations do not (the
+strategy network they read is fitted on the clock, `Trainer.fit_strategy`).
 
 It prints margin +- standard error per mark, view and bot; --json writes the figures and
 --plot draws margin against wall minutes and against CPU-seconds.
@@ -83,10 +84,13 @@ def train_and_measure(config, workdir, marks, views, opponents, games) -> list[d
     left = list(marks)
 
     def after_iteration(state) -> bool:
-        now = clock.read()
-        passed = [m for m in left if now[0] >= 60 * m]
+        passed = [m for m in left if clock.read()[0] >= 60 * m]
         if not passed:
             return False
+        # the strategy network of this iteration (strategy_train_when='read' fits it
+        # only where the run reads it): a cost of training, on the clock
+        state = trainer.fit_strategy(state)
+        now = clock.read()
         row = evaluate(
             trainer.rules,
             trainer.spec,

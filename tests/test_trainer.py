@@ -150,6 +150,7 @@ DEFAULT_MODES = (
     "traversal.leaf_decisions",
     "network.strategic_features",
     "optimization.strategy_init",
+    "optimization.strategy_train_when",
     "optimization.advantage_epochs",
 )
 
@@ -240,6 +241,16 @@ def test_config_errors_name_the_field(tmp_path):
         ({"training_weighting.mode": "t2"}, "training_weighting.mode"),
         ({"optimization.advantage_init": "keep"}, "optimization.advantage_init"),
         ({"optimization.strategy_init": "keep"}, "optimization.strategy_init"),
+        ({"optimization.strategy_train_when": "often"}, "optimization.strategy_train_when must"),
+        ({"optimization.strategy_train_when": "read"}, "needs optimization.strategy_init='scr"),
+        (
+            {
+                "optimization.strategy_train_when": "read",
+                "optimization.strategy_init": "scratch",
+                "optimization.strategy_train_every": 2,
+            },
+            "and optimization.strategy_train_every=1",
+        ),
         ({"network.head": "card", "traversal.backend": "recursive"}, "network.head"),
         ({"network.head": "card", "optimization.learner": "torch"}, "network.head"),
         ({"evaluation.exploitability_every": 1}, "evaluation.exploitability_every"),
@@ -330,12 +341,75 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path, asynchronous):
     ]
 
 
+READ_WHEN_READ = {
+    "optimization.strategy_init": "scratch",
+    "optimization.strategy_train_when": "read",
+}
+
+
+def _unevaluated(config):
+    config.evaluation.eval_every = config.evaluation.extended_eval_every = 0
+    return config
+
+
 def test_max_minutes_stops_and_keeps_the_progress(tmp_path):
     config = smoke_config(**{"run.max_iterations": 50, "run.max_minutes": 1e-6})
     config.checkpoint.save_latest = False
     state = Trainer(config, tmp_path).run()
     assert 1 <= state.iteration < 50
     assert checkpoint.latest_step(tmp_path / "checkpoints") == state.iteration
+    # strategy_train_when='read': the iteration that runs out of time fits the strategy
+    # network it leaves, though nothing else reads that iteration's
+    config = _unevaluated(
+        smoke_config(**READ_WHEN_READ, **{"run.max_iterations": 50, "run.max_minutes": 1e-6})
+    )
+    state = Trainer(config, tmp_path / "read").run()
+    assert state.strategy_iteration == state.iteration
+    saved = load_saved_networks(tmp_path / "read")
+    assert saved.iteration == state.iteration and saved.strategy_note() == ""
+
+
+def test_strategy_trained_when_read_is_every_iterations_where_read(tmp_path):
+    """strategy_train_when='read' fits the strategy network only at the iterations that
+    read it (here a kept checkpoint and the last), and there it is the network 'every'
+    fits (scratch: a fit depends on its iteration alone); `fit_strategy` gives any other
+    iteration's, and a checkpoint saved in between says whose network it holds."""
+    trainers = {}
+    for when in ("every", "read"):
+        config = smoke_config(
+            **{**READ_WHEN_READ, "optimization.strategy_train_when": when},
+            **{"run.max_iterations": 3},
+        )
+        config.checkpoint.save_every = 2
+        trainers[when] = Trainer(_unevaluated(config), tmp_path / when)
+    states, fitted = {}, {}
+    for when, trainer in trainers.items():
+        state = trainer.initial_state()
+        for t in (1, 2, 3):
+            state, row = trainer.iteration(state)
+            states[when, t] = state, row
+            # before the next iteration, whose memory adds donate this state's buffers
+            fitted[when, t] = trainer.fit_strategy(state)
+    for t in (1, 2, 3):
+        (every, every_row), (read, read_row) = states["every", t], states["read", t]
+        chex.assert_trees_all_equal(every.advantage_params, read.advantage_params)
+        assert every.strategy_iteration == t
+        if t == 1:
+            assert read.strategy_iteration == 0 and "loss/strategy" not in read_row
+            assert fitted["read", t].strategy_iteration == 1
+            chex.assert_trees_all_equal(fitted["read", t].strategy_params, every.strategy_params)
+        else:
+            assert read.strategy_iteration == t
+            assert read_row["loss/strategy"] == every_row["loss/strategy"]
+            chex.assert_trees_all_equal(read.strategy_params, every.strategy_params)
+            assert fitted["read", t] is read
+        assert fitted["every", t] is every
+    # a run stopped where its strategy network was not read saves the last one read
+    config = _unevaluated(smoke_config(**READ_WHEN_READ, **{"run.max_iterations": 3}))
+    Trainer(config, tmp_path / "stopped").run(lambda state: state.iteration == 2)
+    saved = load_saved_networks(tmp_path / "stopped")
+    assert (saved.iteration, saved.strategy_iteration) == (2, 0)
+    assert "checkpoint 2's average strategy is iteration 0's" in saved.strategy_note()
 
 
 def test_league_keeps_the_last_snapshots_of_the_strategy_network(tmp_path):

@@ -53,6 +53,8 @@ RESUMABLE_CHANGES = {
     "traversal.interleave_width": "games a worker interleaves",
     "traversal.interleave_max_batch": "states a worker's forward batches",
     "optimization.non_finite": "what happens to a non-finite update, not what is computed",
+    # 'read' needs scratch fits, which depend on their iteration alone
+    "optimization.strategy_train_when": "which iterations fit the strategy network",
     # decoded rows and slots are the same either way (`recode_rows`)
     "memory.info_storage": "how memories store rows",
     "memory.initial_rows": "how memories allocate rows",
@@ -77,6 +79,7 @@ ADDED_FIELDS = {
     "draws": "any",
     "optimization.advantage_holdout": 0.0,
     "optimization.strategy_init": "warm_start",
+    "optimization.strategy_train_when": "every",
     "traversal.outcome_estimator": "importance",
     "traversal.value_lambda": 1.0,
     "regret_matching.floor": 0.0,
@@ -122,6 +125,9 @@ class TrainState(NamedTuple):
     sd_advantage: Any = None
     sd_count: int = 0
     sd_weight: float = 0.0  # total weight of the iterations offered (Chao's sampler)
+    # the iteration whose fit strategy_params is (strategy_train_when='read' leaves the
+    # network of the last iteration that read it in between; 0: the initial network)
+    strategy_iteration: int = 0
 
 
 class Codecs(NamedTuple):
@@ -219,7 +225,12 @@ def state_arrays(state: TrainState, base_key: jax.Array) -> tuple[dict, dict]:
 
 def state_meta(state: TrainState, row: dict | None, seed: int) -> dict:
     """The checkpoint's meta dict: the state's scalars and the iteration's metrics row."""
-    meta = {"league_added": state.league_added, "metrics": row, "seed": seed}
+    meta = {
+        "league_added": state.league_added,
+        "strategy_iteration": state.strategy_iteration,
+        "metrics": row,
+        "seed": seed,
+    }
     if state.sd_advantage is not None:
         meta.update(sd_count=state.sd_count, sd_weight=state.sd_weight)
     return meta
@@ -304,6 +315,8 @@ def state_from_arrays(
         strategy_memory=memory("strategy_memory"),
         league=read_tree(arrays, "league", template.league),
         league_added=meta["league_added"],
+        # checkpoints before strategy_train_when: written right after the iteration's fit
+        strategy_iteration=meta.get("strategy_iteration", meta["iteration"]),
         **extra,
     )
 

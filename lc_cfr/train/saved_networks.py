@@ -44,6 +44,9 @@ class SavedNetworks(NamedTuple):
     spec: mlp.NetworkSpec  # shared by the advantage and strategy networks
     advantage: tuple  # (player 0's, player 1's) flax params
     strategy: Any  # the average-strategy network's flax params
+    # the iteration whose fit `strategy` is: below `iteration` when the run trains it only
+    # where it reads it (optimization.strategy_train_when='read') and saved in between
+    strategy_iteration: int
     snapshots: Snapshots | None  # SD-CFR snapshots; None when sd_cfr.snapshots was 0
 
     def policy_views(self) -> dict:
@@ -52,6 +55,21 @@ class SavedNetworks(NamedTuple):
         if self.snapshots is not None:
             views[SD_CFR] = self.snapshots
         return views
+
+    def strategy_note(self) -> str:
+        return strategy_note(self.iteration, self.strategy_iteration)
+
+
+def strategy_note(iteration: int, strategy_iteration: int) -> str:
+    """'' or a sentence saying that checkpoint `iteration`'s average strategy is the fit
+    of an earlier one."""
+    if strategy_iteration >= iteration:
+        return ""
+    return (
+        f"checkpoint {iteration}'s average strategy is iteration {strategy_iteration}'s (the "
+        "run fits it only at the iterations that read it, optimization.strategy_train_when="
+        "'read'; a checkpoint of checkpoint.save_every and the run's last hold their own)"
+    )
 
 
 def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None) -> SavedNetworks:
@@ -132,5 +150,6 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
         spec=spec,
         advantage=advantage,
         strategy=strategy,
+        strategy_iteration=int(meta.get("strategy_iteration", found)),
         snapshots=snapshots,
     )

@@ -28,6 +28,9 @@ from lc_cfr.traversal.torch import WorkerSettings
 
 LEARNERS = ("optax", "torch")
 NETWORK_INITS = ("scratch", "warm_start")  # optimization.advantage_init, strategy_init
+# optimization.strategy_train_when: every strategy_train_every iterations, or only at the
+# iterations whose strategy network is read (Trainer.strategy_read_at)
+STRATEGY_TRAIN_WHEN = ("every", "read")
 EVALUATION_MODES = ("greedy", "sampled")
 
 
@@ -73,6 +76,7 @@ class Training(NamedTuple):
     advantage_holdout: float  # optimization.advantage_holdout: share kept out; 0 = none
     strategy_init: str  # optimization.strategy_init: scratch | warm_start
     strategy_train_every: int
+    strategy_train_when: str  # optimization.strategy_train_when: every | read
     non_finite: str  # optimization.non_finite: stop | skip
     weighting: str  # training_weighting.mode
     advantage_capacity: int  # memory.*_capacity: rows each memory keeps
@@ -370,6 +374,22 @@ def epsilon_schedule_from_config(config) -> EpsilonSchedule:
     )
 
 
+def check_strategy_train_when(when: str, init: str, every: int) -> None:
+    """'read' skips the fits nobody reads, which leaves every read network as 'every'
+    would have it only when a fit depends on nothing but its iteration's memory and keys
+    (strategy_init='scratch') and every iteration has one (strategy_train_every=1)."""
+    if when not in STRATEGY_TRAIN_WHEN:
+        raise ValueError(
+            f"optimization.strategy_train_when must be one of {STRATEGY_TRAIN_WHEN}, got {when!r}"
+        )
+    if when == "read" and (init != "scratch" or every != 1):
+        raise ValueError(
+            "optimization.strategy_train_when='read' needs optimization.strategy_init='scratch' "
+            f"and optimization.strategy_train_every=1 (got {init!r} and {every}): a warm-started "
+            "fit builds on the one before, so skipping fits would change the network"
+        )
+
+
 def training_from_config(config) -> Training:
     """The optimization, memory, self_play and sd_cfr settings of the loop, checked."""
     opt, memory, sp = config.optimization, config.memory, config.self_play
@@ -390,6 +410,7 @@ def training_from_config(config) -> Training:
         raise ValueError(f"optimization.advantage_holdout must be in [0, 1), got {holdout!r}")
     if opt.strategy_train_every < 1:
         raise ValueError("optimization.strategy_train_every must be >= 1")
+    check_strategy_train_when(opt.strategy_train_when, opt.strategy_init, opt.strategy_train_every)
     if sp.league_size < 1 or sp.snapshot_every < 1:
         raise ValueError("self_play.league_size and self_play.snapshot_every must be >= 1")
     for field in ("advantage_capacity", "strategy_capacity"):
@@ -407,6 +428,7 @@ def training_from_config(config) -> Training:
         advantage_holdout=float(holdout),
         strategy_init=opt.strategy_init,
         strategy_train_every=opt.strategy_train_every,
+        strategy_train_when=opt.strategy_train_when,
         non_finite=opt.non_finite,
         weighting=config.training_weighting.mode,
         advantage_capacity=memory.advantage_capacity,

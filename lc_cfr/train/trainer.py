@@ -3,7 +3,8 @@
 Each iteration t = 1, 2, ...: for each player p, the backend runs the traversals with p
 as traverser, their samples enter p's advantage memory and the strategy memory, and p's
 advantage network is trained; the strategy network is trained every
-`optimization.strategy_train_every` iterations. Every random choice derives from
+`optimization.strategy_train_every` iterations, or (`strategy_train_when='read'`) only at
+the iterations that read it (`strategy_read_at`). Every random choice derives from
 `config.seed` and the iteration, so a resumed run is the uninterrupted run.
 
 The config is read once, by `lc_cfr.train.setup.build`; what a run directory holds and
@@ -13,6 +14,7 @@ how its state is laid out on disk is `lc_cfr.train.run_format`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
 import pathlib
@@ -139,22 +141,20 @@ class Trainer:
 
     # ----- one iteration -----------------------------------------------------------
 
-    def iteration(self, state: TrainState) -> tuple[TrainState, dict]:
+    def iteration(
+        self, state: TrainState, out_of_time: Callable[[], bool] | None = None
+    ) -> tuple[TrainState, dict]:
         """Iteration state.iteration + 1 (`lc_cfr.train.steps`): both players' halves,
-        the strategy and value networks, the league and SD-CFR snapshots, the row."""
+        the strategy and value networks, the league and SD-CFR snapshots, the row.
+        `out_of_time()`, asked where the strategy network is due or not, says that the
+        run stops after this iteration (run.max_minutes), which then reads it."""
         work = steps.Work.start(state)
         for p in (0, 1):
             self._player_half(state, work, p)
-        strategy = self._train_network(
-            work,
-            "strategy",
-            (state.strategy_params, state.strategy_opt),
-            work.strategy_memory,
-            self.strategy_learner,
-            KeyOwner.STRATEGY,
-            due=work.t % self.training.strategy_train_every == 0,
-            scratch=self.training.strategy_init == "scratch",
-        )
+        due = self._strategy_due(work.t, out_of_time)
+        strategy = self._train_strategy(work, state, due=due)
+        # a fit dropped as non-finite (optimization.non_finite='skip') keeps the old one
+        fitted = due and strategy[0] is not state.strategy_params
         value = (state.value_params, state.value_opt)
         if self.value_learner is not None:  # warm-started: the values move a little
             value = self._train_network(
@@ -195,6 +195,7 @@ class Trainer:
             sd_advantage=sd_advantage,
             sd_count=sd_count,
             sd_weight=sd_weight,
+            strategy_iteration=work.t if fitted else state.strategy_iteration,
         )
         with steps.timed(work.row, "evaluation_seconds"):
             work.row.update(self.evaluate(new_state))
@@ -245,6 +246,56 @@ class Trainer:
         )
         if held is not None:
             steps.held_out_loss(work, p, held, spec=self.spec)
+
+    def _strategy_due(self, t: int, out_of_time: Callable[[], bool] | None) -> bool:
+        training = self.training
+        if training.strategy_train_when == "every":
+            return t % training.strategy_train_every == 0
+        return self.strategy_read_at(t) or (out_of_time is not None and out_of_time())
+
+    def strategy_read_at(self, t: int) -> bool:
+        """Whether iteration t's strategy network is read: by its evaluation (a view of
+        the bots' or the exploitability schedule), in a kept checkpoint
+        (checkpoint.save_every), by the next traversals (the opponent's average strategy,
+        or a league snapshot taken at t), or as the run's last (run.max_iterations)."""
+        plan, opponent = self.evaluation, self.options.opponent_policy
+        every = plan.exploitability_every
+        evaluated = "average_strategy" in plan.views and (
+            evaluation.opponents_at(plan, t) is not None or (every > 0 and t % every == 0)
+        )
+        kept = self.plan.save_every > 0 and t % self.plan.save_every == 0
+        league = opponent == "league" and t % self.training.snapshot_every == 0
+        last = t >= self.plan.max_iterations
+        return evaluated or kept or league or opponent == "average_strategy" or last
+
+    def fit_strategy(self, state: TrainState) -> TrainState:
+        """`state` with the strategy network of its own iteration, the one
+        strategy_train_when='every' holds there ('read' leaves the last read one in
+        between; scripts/time_to_strength.py reads one at its marks); `state` itself
+        when it holds that one already."""
+        if state.strategy_iteration == state.iteration:
+            return state
+        work = dataclasses.replace(steps.Work.start(state), t=state.iteration)
+        params, opt = self._train_strategy(work, state, due=True)
+        if params is state.strategy_params:  # dropped as non-finite
+            return state
+        return state._replace(
+            strategy_params=params, strategy_opt=opt, strategy_iteration=state.iteration
+        )
+
+    def _train_strategy(self, work: steps.Work, state: TrainState, *, due: bool):
+        """(params, opt_state) of the strategy network after iteration work.t's training
+        (none unless `due`), on the memory as `work` holds it."""
+        return self._train_network(
+            work,
+            "strategy",
+            (state.strategy_params, state.strategy_opt),
+            work.strategy_memory,
+            self.strategy_learner,
+            KeyOwner.STRATEGY,
+            due=due,
+            scratch=self.training.strategy_init == "scratch",
+        )
 
     def _train_network(
         self, work: steps.Work, name: str, trained, memory, learner, owner, *, due, scratch=False
@@ -415,16 +466,24 @@ class Trainer:
             total=plan.max_iterations, initial=state.iteration, enabled=plan.progress_bar and writer
         )
         started = time.perf_counter()
+
+        def out_of_time() -> bool:
+            return plan.max_minutes > 0 and time.perf_counter() - started > 60 * plan.max_minutes
+
         try:
             while state.iteration < plan.max_iterations:
-                state = self._step(state, metrics, progress)
+                state = self._step(state, metrics, progress, out_of_time)
                 if after_iteration is not None:
                     paused = time.perf_counter()
                     stop = after_iteration(state)
                     started += time.perf_counter() - paused
                     if stop:
                         break
-                if plan.max_minutes > 0 and time.perf_counter() - started > 60 * plan.max_minutes:
+                # strategy_train_when='read': the last iteration leaves its own strategy
+                # network (out_of_time() was already true at its fit); one whose time ran
+                # out only after the fit point runs once more
+                fresh = state.strategy_iteration == state.iteration
+                if out_of_time() and (fresh or self.training.strategy_train_when == "every"):
                     break
             if writer:
                 store = self._open_checkpoints()
@@ -443,10 +502,10 @@ class Trainer:
             self.backend.close()  # worker processes and the inference server stop here
         return state
 
-    def _step(self, state: TrainState, metrics, progress) -> TrainState:
+    def _step(self, state: TrainState, metrics, progress, out_of_time) -> TrainState:
         """One iteration, saved on the checkpoint schedule; its metrics row written."""
         plan, start = self.plan, time.perf_counter()
-        state, row = self.iteration(state)
+        state, row = self.iteration(state, out_of_time)
         saved = time.perf_counter()
         every = plan.save_every > 0 and state.iteration % plan.save_every == 0
         row["checkpoint_seconds"] = 0.0
