@@ -191,8 +191,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # read (only at the iterations that read it: evaluations, kept checkpoints, the
     # opponent's or the league's use, the last iteration; needs strategy_init=scratch,
     # whose fit depends on nothing but the iteration, so the networks read are every's;
-    # a checkpoint in between holds the last fit). The fits it skips took 13-25% of the
-    # iterations of the full-game runs of docs/experiments.md 25-28.
+    # a checkpoint in between holds the last fit). The fits it skips took 17-21% of each
+    # iteration of the two-hour run of docs/experiments.md 29.
     config.optimization.strategy_train_when = "read"
     config.optimization.value_updates = 256  # value network (outcome estimators), warm
     config.optimization.value_batch_size = 512  # samples per value update
