@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from lc_cfr.eval.api import evaluate  # noqa: E402
 from lc_cfr.learn.learner import WEIGHTING_MODES  # noqa: E402
 from lc_cfr.train.run_format import read_run_config  # noqa: E402
+from lc_cfr.train.saved_networks import strategy_note  # noqa: E402
 from lc_cfr.train.trainer import Trainer  # noqa: E402
 
 INITS = ("warm", "scratch")
@@ -135,11 +136,9 @@ def main() -> None:
         f"updates of {args.batch} rows ({result['weighting']}) on {result['memory_rows']} "
         f"rows in {seconds:.1f}s, loss {result['loss_first']:.4f} -> {result['loss_last']:.4f}"
     )
-    if result["before_iteration"] < result["checkpoint"]:
-        print(
-            f"  (before: the checkpoint's network, fitted at iteration "
-            f"{result['before_iteration']})"
-        )
+    note = strategy_note(result["checkpoint"], result["before_iteration"])
+    if note:
+        print(f"  note (before): {note}")
     for opponent in result["before"]:
         b, a = result["before"][opponent], result["after"][opponent]
         print(

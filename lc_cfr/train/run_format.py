@@ -223,6 +223,12 @@ def state_arrays(state: TrainState, base_key: jax.Array) -> tuple[dict, dict]:
     return networks, arrays
 
 
+def strategy_iteration_of(meta: dict) -> int:
+    """The iteration whose fit a checkpoint's strategy network is; checkpoints from before
+    strategy_train_when were written right after their iteration's fit."""
+    return int(meta.get("strategy_iteration", meta["iteration"]))
+
+
 def state_meta(state: TrainState, row: dict | None, seed: int) -> dict:
     """The checkpoint's meta dict: the state's scalars and the iteration's metrics row."""
     meta = {
@@ -315,8 +321,7 @@ def state_from_arrays(
         strategy_memory=memory("strategy_memory"),
         league=read_tree(arrays, "league", template.league),
         league_added=meta["league_added"],
-        # checkpoints before strategy_train_when: written right after the iteration's fit
-        strategy_iteration=meta.get("strategy_iteration", meta["iteration"]),
+        strategy_iteration=strategy_iteration_of(meta),
         **extra,
     )
 

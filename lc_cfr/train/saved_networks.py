@@ -26,7 +26,7 @@ from lc_cfr.eval import SD_CFR, Snapshots
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.train import checkpoint
-from lc_cfr.train.run_format import read_run_config, read_tree
+from lc_cfr.train.run_format import read_run_config, read_tree, strategy_iteration_of
 from lc_cfr.train.setup import rules_from_config, spec_from_config
 
 
@@ -150,6 +150,6 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
         spec=spec,
         advantage=advantage,
         strategy=strategy,
-        strategy_iteration=int(meta.get("strategy_iteration", found)),
+        strategy_iteration=strategy_iteration_of(meta),
         snapshots=snapshots,
     )
