@@ -155,6 +155,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # above one's top, projected score, cards to the bonus; a discard's danger; turns left;
     # lc_cfr.nets.features)
     config.network.strategic_features = True
+    # Also feed, per card of one's hand, what playing it would block (the other hand
+    # cards and the live cards below it; lc_cfr.nets.features.blocking_features)
+    config.network.blocking_features = False
     # Matmul dtype of every forward and of training, both paths: float32 | bfloat16 (mixed
     # precision: float32 parameters and losses, bfloat16 layers; docs/performance.md).
     config.network.compute_dtype = "float32"

@@ -1,4 +1,5 @@
-"""network.strategic_features: the features derived from the encoding (lc_cfr.nets.features).
+"""network.strategic_features and network.blocking_features: the features derived from the
+encoding (lc_cfr.nets.features).
 
 A hand-counted position, the engine's own scoring on positions of played games, the flax
 and torch computations bit for bit, and the networks that read them.
@@ -20,9 +21,9 @@ SMALL = Rules(n_colors=2, n_ranks=4, n_wagers=1, hand_size=3)  # cards 0-4 and 5
 C2 = 2 * len(features.PER_COLOUR) * SMALL.n_colors  # per-colour features of both players
 
 
-def _jax(rules, x):
+def _jax(rules, x, derive=features.strategic_features):
     return np.asarray(
-        features.strategic_features(
+        derive(
             rules,
             jnp.asarray(x),
             constants=features.tables(rules).converted(jnp.asarray),
@@ -31,8 +32,8 @@ def _jax(rules, x):
     )
 
 
-def _torch(rules, x):
-    return features.strategic_features(
+def _torch(rules, x, derive=features.strategic_features):
+    return derive(
         rules,
         torch.as_tensor(x),
         constants=features.tables(rules).converted(torch.as_tensor),
@@ -77,6 +78,28 @@ def test_a_hand_counted_position():
     np.testing.assert_array_equal(f[-2:] / SMALL.turn_scale, [2, -2])
 
 
+def test_what_a_play_blocks_in_a_hand_counted_position():
+    n = SMALL.n_cards
+    x = np.zeros(SMALL.encoding_size, np.float32)
+    x[[1, 3, 9]] = 1  # hand: a dead 2 and a live 4 of colour 0, the 5 of colour 1
+    x[n + 0] = x[n + 2] = 1  # own expedition 0: the wager and the 3
+    x[2 * n + 6] = 1  # the opponent's expedition 1: its 2
+    f = _jax(SMALL, x, features.blocking_features)
+    assert f.shape == (features.blocking_feature_size(SMALL),)
+    strands, skips = f.reshape(2, n) / COUNT_SCALE
+    np.testing.assert_array_equal(strands, np.zeros(n))  # no two playable cards share a colour
+    # the 4 of colour 0 blocks nothing live (the 5 is above it); the 5 of colour 1 blocks
+    # its wager, 3 and 4 (the 2 is the opponent's); the dead 2 and unheld cards: 0
+    np.testing.assert_array_equal(skips, np.eye(n)[9] * 3)
+    x[[1, 3]] = 0
+    x[[6, 8]] = 1  # hand: the 2, 4 and 5 of colour 1 (the 2 no longer the opponent's)
+    x[2 * n + 6] = 0
+    strands, skips = _jax(SMALL, x, features.blocking_features).reshape(2, n) / COUNT_SCALE
+    np.testing.assert_array_equal(strands[5:], [0, 0, 0, 1, 2])  # the 4 strands the 2
+    np.testing.assert_array_equal(skips[5:], [0, 1, 0, 3, 4])  # the 2 blocks the wager
+    assert not strands[:5].any() and not skips[:5].any()
+
+
 def _played_encodings(rules, games=6, decisions=160):
     """Both players' encodings at every decision of random games, [rows, E]."""
 
@@ -115,13 +138,49 @@ def test_projected_scores_are_the_engines_when_nothing_is_held(played):
     assert np.any(projected[~empty] != scores[~empty])
 
 
-def test_flax_and_torch_compute_the_same_features_bit_for_bit(played):
+@pytest.mark.parametrize("derive", [features.strategic_features, features.blocking_features])
+def test_flax_and_torch_compute_the_same_features_bit_for_bit(played, derive):
     rules = Rules()
-    np.testing.assert_array_equal(_jax(rules, played), _torch(rules, played))
+    np.testing.assert_array_equal(_jax(rules, played, derive), _torch(rules, played, derive))
 
 
-@pytest.mark.parametrize("head", ["slot", "card"])
-def test_networks_read_the_features_and_agree(head):
+def _blocking_by_loops(rules, x):
+    """[2, N] strands and skips of one encoding, card by card from the rules' words."""
+    n, k, w = rules.n_cards, rules.cards_per_color, rules.n_wagers
+    hand, own, opp = (x[b * n : (b + 1) * n] > 0 for b in range(3))
+    rank = np.arange(n) % k  # wagers 0..w-1, then the numbered cards in order
+
+    def playable(j):  # no numbered card of one's expedition is at or above it
+        same = [i for i in range(n) if own[i] and i // k == j // k and rank[i] >= w]
+        return not own[j] and all(rank[i] < rank[j] for i in same) and not (rank[j] < w and same)
+
+    def blocked(i, j):  # j is another card a play of i would block
+        return j != i and j // k == i // k and rank[i] >= w and rank[j] <= rank[i]
+
+    out = np.zeros((2, n), np.float32)
+    for i in range(n):
+        if hand[i] and playable(i):
+            for j in range(n):
+                if blocked(i, j) and playable(j) and not opp[j]:
+                    out[1, i] += 1
+                    out[0, i] += hand[j]
+    return out
+
+
+def test_blocking_features_equal_a_card_by_card_count(played):
+    rules = Rules()
+    n = rules.n_cards
+    f = _jax(rules, played, features.blocking_features).reshape(-1, 2, n) / COUNT_SCALE
+    strands, skips = f[:, 0], f[:, 1]
+    assert (strands > 0).mean() > 0.01 and (skips > strands).any()  # both kinds occur
+    for row in range(0, len(played), 7):
+        np.testing.assert_array_equal(f[row], _blocking_by_loops(rules, played[row]))
+
+
+@pytest.mark.parametrize(
+    "head,kind", [("slot", "strategic"), ("card", "strategic"), ("slot", "blocking")]
+)
+def test_networks_read_the_features_and_agree(head, kind):
     x = _played_encodings(SMALL, games=2, decisions=24)
     spec = mlp.NetworkSpec(
         SMALL.encoding_size,
@@ -132,10 +191,12 @@ def test_networks_read_the_features_and_agree(head):
         head=head,
         n_cards=SMALL.n_cards,
         hand_size=SMALL.hand_size,
-        strategic_features=True,
+        strategic_features=kind == "strategic",
+        blocking_features=kind == "blocking",
         rules=SMALL,
     )
-    assert spec.first_layer_inputs == SMALL.encoding_size + features.feature_size(SMALL)
+    size = features.feature_size if kind == "strategic" else features.blocking_feature_size
+    assert spec.first_layer_inputs == SMALL.encoding_size + size(SMALL)
     params = mlp.init_params(spec, jax.random.key(0))
     chex.assert_shape(params["layer_0"]["kernel"], (spec.first_layer_inputs, 16))
     flax_out = np.asarray(mlp.apply(spec, params, x))
@@ -159,6 +220,10 @@ def test_bad_strategic_feature_specs_name_the_field():
         mlp.NetworkSpec(**kwargs, num_layers=1, strategic_features=True, rules=Rules())
     with pytest.raises(ValueError, match="network.strategic_features must be a bool"):
         mlp.NetworkSpec(**kwargs, num_layers=1, strategic_features=1)
+    with pytest.raises(ValueError, match="network.blocking_features=True needs the rules"):
+        mlp.NetworkSpec(**kwargs, num_layers=1, blocking_features=True)
+    with pytest.raises(ValueError, match="network.blocking_features must be a bool"):
+        mlp.NetworkSpec(**kwargs, num_layers=1, blocking_features="yes", rules=SMALL)
 
 
 def test_the_config_field_reaches_the_networks_and_old_runs_read_without_it():
@@ -173,4 +238,8 @@ def test_the_config_field_reaches_the_networks_and_old_runs_read_without_it():
     spec = setup.spec_from_config(config, rules)
     assert spec.strategic_features and spec.rules == rules
     assert spec.first_layer_inputs == rules.encoding_size + 242  # the classic game's features
+    config.network.blocking_features = True
+    spec = setup.spec_from_config(config, rules)
+    assert spec.first_layer_inputs == rules.encoding_size + 242 + 2 * rules.n_cards
     assert run_format.ADDED_FIELDS["network.strategic_features"] is False
+    assert run_format.ADDED_FIELDS["network.blocking_features"] is False

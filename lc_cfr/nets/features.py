@@ -22,6 +22,15 @@ the turns left if every draw is from the deck (min(deck, max_turns - turn), both
 together), and `slack`, remaining - 2 * (one's held cards over all colours): negative
 when one's turns cannot play all of them.
 
+`network.blocking_features=True` appends two more card blocks, what playing a card of
+one's hand gives up (the cards it blocks: every lower numbered card and every wager of its
+colour): `strands`, the other cards of one's hand it would block, and `skips`, the live
+cards it would block wherever they are (hand, deck, piles, the opponent's hand), as
+counts at the card's position and 0 for cards one cannot play. Both are pairwise
+comparisons within a colour, which an MLP must otherwise learn from card bits for every
+pair. Against `passive_discard` the two-hour agent of docs/experiments.md 29 made 5.3
+plays a game that gave up lower cards of its own hand, `safe_heuristic` 2.8 (section 30).
+
 Why derived here and not by the engines: every feature is a function of the encoding, so
 the memories store nothing new (the packed codec and every saved run are unchanged), the
 two engines need no new code to agree, and one function serves the flax and the torch
@@ -46,6 +55,7 @@ from lc_cfr.game.rules import CARD_BLOCKS, COUNT_SCALE, SCORE_SCALE, Rules
 SUM_SCALE = 1.0 / 64.0  # face-value sums: at most 54 in the classic game
 PER_COLOUR = ("live_count", "live_sum", "held_count", "held_sum", "projected", "bonus_gap")
 CARD_FEATURES = ("own_live", "opp_live", "gift")
+BLOCKING = ("strands", "skips")  # card blocks of `blocking_features`
 SCALARS = ("remaining", "slack")
 _SCALES = (COUNT_SCALE, SUM_SCALE, COUNT_SCALE, SUM_SCALE, SCORE_SCALE, COUNT_SCALE)
 
@@ -57,6 +67,11 @@ _HAND, _OWN, _OPP, _OPP_KNOWN = (
 def feature_size(rules: Rules) -> int:
     """Number of features: 6 per colour for each player, 3 card blocks, 2 scalars."""
     return 2 * len(PER_COLOUR) * rules.n_colors + len(CARD_FEATURES) * rules.n_cards + 2
+
+
+def blocking_feature_size(rules: Rules) -> int:
+    """Number of blocking features: 2 card blocks."""
+    return len(BLOCKING) * rules.n_cards
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +104,17 @@ def tables(rules: Rules) -> Tables:
     return Tables(value.astype(f32), is_wager.astype(f32), blocks.astype(f32))
 
 
+def _card_block(rules: Rules, x, block: int):
+    """[..., C, K] the card bits of encoding block `block` of x."""
+    n, c, k = rules.n_cards, rules.n_colors, rules.cards_per_color
+    return x[..., block * n : (block + 1) * n].reshape(tuple(x.shape[:-1]) + (c, k))
+
+
+def _open_cards(expedition, blocks):
+    """[..., C, K] 1 where no card of `expedition` blocks the card."""
+    return ((expedition @ blocks) < 0.5) * 1.0
+
+
 def strategic_features(
     rules: Rules,
     x,
@@ -105,19 +131,18 @@ def strategic_features(
         constants: `tables(rules)` as arrays of x's kind (`Tables.converted`).
         concatenate: joins a list of arrays along the last axis.
     """
-    n, c, k = rules.n_cards, rules.n_colors, rules.cards_per_color
+    n = rules.n_cards
     value, is_wager, blocks = constants.value, constants.is_wager, constants.blocks
 
-    def cards(block: int):
-        return x[..., block * n : (block + 1) * n].reshape(tuple(x.shape[:-1]) + (c, k))
-
-    hand, own, opp, opp_known = cards(_HAND), cards(_OWN), cards(_OPP), cards(_OPP_KNOWN)
+    hand, own, opp, opp_known = (
+        _card_block(rules, x, block) for block in (_HAND, _OWN, _OPP, _OPP_KNOWN)
+    )
     gone = own + opp  # no card is on both expeditions
 
     def side(expedition, held_cards):
         """A player's [..., 6 C] per-colour features, [..., C, K] live and open cards and
         [...] number of held cards."""
-        open_ = ((expedition @ blocks) < 0.5) * 1.0
+        open_ = _open_cards(expedition, blocks)
         live = open_ * (1.0 - gone)
         held = held_cards * open_
         held_count = held.sum(-1)
@@ -160,3 +185,28 @@ def strategic_features(
             slack * rules.turn_scale,
         ]
     )
+
+
+def blocking_features(
+    rules: Rules,
+    x,
+    *,
+    constants: Tables,
+    concatenate: Callable[[Sequence[Any]], Any],
+):
+    """[..., 2N] blocking features (`blocking_feature_size`, the module doc) of encodings
+    x [..., E'], with `strategic_features`' arguments.
+
+    Card i blocks card j when blocks[i, j] = 1, so what a play of i blocks among the cards
+    marked in m [..., C, K] is (m @ blocks^T)[i], less i itself.
+    """
+    n = rules.n_cards
+    hand, own, opp = (_card_block(rules, x, block) for block in (_HAND, _OWN, _OPP))
+    open_ = _open_cards(own, constants.blocks)
+    held = hand * open_  # the cards of the hand one may still play
+    live = open_ * (1.0 - own - opp)
+    blocked_by = constants.blocks.T
+    strands = held * (held @ blocked_by - held)
+    skips = held * (live @ blocked_by - live)
+    flat = tuple(x.shape[:-1]) + (n,)
+    return concatenate([strands.reshape(flat) * COUNT_SCALE, skips.reshape(flat) * COUNT_SCALE])

@@ -83,7 +83,10 @@ class NetworkSpec:
         strategic_features: whether layer_0 also reads the features of
             `lc_cfr.nets.features` (computed from x, appended after it): `feature_size(rules)`
             more inputs. They need `rules`.
-        rules: the variant whose encoding x holds (strategic features only).
+        blocking_features: whether layer_0 also reads `features.blocking_features` of x
+            (appended after the strategic features, if any): what playing each hand card
+            would block, `blocking_feature_size(rules)` more inputs. They need `rules`.
+        rules: the variant whose encoding x holds (strategic and blocking features only).
         compute_dtype: one of COMPUTE_DTYPES, what the forward computes in: 'float32', or
             'bfloat16' (mixed precision: float32 parameters cast to bfloat16 for each
             layer, float32 raw outputs; see the module doc). It changes no parameter or
@@ -102,6 +105,7 @@ class NetworkSpec:
     compute_dtype: str = "float32"
     strategic_features: bool = False
     rules: Rules | None = None
+    blocking_features: bool = False
 
     def __post_init__(self):
         for name in ("input_size", "num_actions", "hidden_size", "num_layers"):
@@ -137,17 +141,17 @@ class NetworkSpec:
                 f"own_known block at {OWN_KNOWN_BLOCK} * n_cards inside input_size="
                 f"{self.input_size}), got n_cards={self.n_cards}"
             )
-        if not isinstance(self.strategic_features, bool):
-            raise ValueError(
-                f"network.strategic_features must be a bool, got {self.strategic_features!r}"
-            )
-        if self.strategic_features and not (
-            isinstance(self.rules, Rules) and self.rules.encoding_size <= self.input_size
-        ):
-            raise ValueError(
-                "network.strategic_features=True needs the rules whose encoding the input "
-                f"holds (encoding_size <= input_size={self.input_size}), got {self.rules!r}"
-            )
+        for name in ("strategic_features", "blocking_features"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ValueError(f"network.{name} must be a bool, got {value!r}")
+            if value and not (
+                isinstance(self.rules, Rules) and self.rules.encoding_size <= self.input_size
+            ):
+                raise ValueError(
+                    f"network.{name}=True needs the rules whose encoding the input "
+                    f"holds (encoding_size <= input_size={self.input_size}), got {self.rules!r}"
+                )
         if not isinstance(self.compute_dtype, str) or self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(
                 f"network.compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, got "
@@ -170,10 +174,12 @@ class NetworkSpec:
     @property
     def first_layer_inputs(self) -> int:
         """Inputs of layer_0: E, less N when the `own_known` block is dropped, plus the
-        strategic features when they are read."""
+        strategic and the blocking features when they are read."""
         size = self.input_size if self.own_known_input else self.input_size - self.n_cards
         if self.strategic_features:
             size += features.feature_size(self.rules)
+        if self.blocking_features:
+            size += features.blocking_feature_size(self.rules)
         return size
 
     @property
@@ -209,15 +215,21 @@ class _MLP(nn.Module):
 def network_input(spec: NetworkSpec, x: jax.Array) -> jax.Array:
     """What layer_0 reads of encodings [..., E]: x, less the `own_known` block when
     `spec.own_known_input` is False ([..., E - N], the rest in order), then the strategic
-    features of x when `spec.strategic_features` is True."""
+    features of x when `spec.strategic_features` is True, then the blocking features when
+    `spec.blocking_features` is."""
     parts = [x]
     if not spec.own_known_input:
         start, stop = spec.own_known_columns
         parts = [x[..., :start], x[..., stop:]]
-    if spec.strategic_features:
+    if spec.strategic_features or spec.blocking_features:
         constants = features.tables(spec.rules).converted(jnp.asarray)
+    if spec.strategic_features:
         parts.append(
             features.strategic_features(spec.rules, x, constants=constants, concatenate=_join_last)
+        )
+    if spec.blocking_features:
+        parts.append(
+            features.blocking_features(spec.rules, x, constants=constants, concatenate=_join_last)
         )
     return parts[0] if len(parts) == 1 else _join_last(parts)
 

@@ -9,7 +9,8 @@ parameters move between flax and torch with `mlp.to_layout` / `mlp.from_layout`.
 With `spec.own_known_input=False` the forward drops the encoding's `own_known` columns
 before layer_0, as `lc_cfr.nets.mlp.apply` does, so layer_0 is E - N wide in both; with
 `spec.strategic_features=True` it appends `lc_cfr.nets.features.strategic_features`, the
-same function the flax MLP calls, on torch tensors.
+same function the flax MLP calls, on torch tensors (and `blocking_features` with
+`spec.blocking_features=True`).
 
 With `spec.compute_dtype='bfloat16'` the forward runs its layers under bfloat16 autocast
 (the Linear layers cast input, weight and bias to bfloat16, as the flax Dense layers do)
@@ -91,15 +92,19 @@ class TorchMLP(nn.Module):
         if self._dropped is not None:
             start, stop = self._dropped
             parts = [x[..., :start], x[..., stop:]]
-        if self.spec.strategic_features:
-            parts.append(
-                features.strategic_features(
-                    self.spec.rules,
-                    x,
-                    constants=self._constants_on(x.device),
-                    concatenate=lambda xs: torch.cat(xs, dim=-1),
+        for wanted, derive in (
+            (self.spec.strategic_features, features.strategic_features),
+            (self.spec.blocking_features, features.blocking_features),
+        ):
+            if wanted:
+                parts.append(
+                    derive(
+                        self.spec.rules,
+                        x,
+                        constants=self._constants_on(x.device),
+                        concatenate=lambda xs: torch.cat(xs, dim=-1),
+                    )
                 )
-            )
         x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
         if not self._bfloat16:
             return self._layers(x).to(torch.float32)

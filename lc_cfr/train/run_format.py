@@ -70,6 +70,7 @@ VALUE_NETWORK_FIELDS = (
 # runs did: a saved config without them means exactly these settings.
 ADDED_FIELDS = {
     "network.strategic_features": False,
+    "network.blocking_features": False,
     "traversal.lockstep_schedule": "all_lanes",
     "traversal.expand_at": "root",
     "traversal.path_epsilon": 0.0,

@@ -195,6 +195,7 @@ def spec_from_config(config, rules: Rules) -> mlp.NetworkSpec:
         own_known_input=bool(config.network.own_known_input),
         compute_dtype=config.network.get("compute_dtype", "float32"),
         strategic_features=config.network.strategic_features,
+        blocking_features=config.network.blocking_features,
         rules=rules,
     )
 
