@@ -5,10 +5,16 @@ follows each expedition the agent opens to the end of the game: how much of the 
 left when it opened it, and what the expedition scored. A policy that opens everything
 at once and ends below zero loses to `passive_discard` however well it denies; this
 script says whether the fault is the opening or the play after it
-(docs/experiments.md section 7).
+(docs/experiments.md section 7). It also counts the agent's plays and discards a game and
+its plays that give up a lower card of its own hand (a card of the played colour, below
+the played one, that it could still have played: it is blocked from then on), and can
+play a bot in the agent's seat instead (`--agent-bot`, the same counts for comparison)
+or hold the agent to at most K open expeditions (`--max-expeditions`, a what-if: plays
+that would open one more are masked; section 30).
 
     .venv/bin/python scripts/expeditions.py --workdir RUN [--view average_strategy]
         [--opponent passive_discard] [--deals 100] [--checkpoint N] [--json out.json]
+        [--agent-bot safe_heuristic] [--max-expeditions 4]
 
 Greedy play of the view, as the evaluator plays it: the average strategy's most probable
 action, the current policy's regret-matching argmax. Deals are `engine.init(rules, 7, g)`.
@@ -40,16 +46,48 @@ VIEWS = ("average_strategy", "current")
 DECK_BUCKETS = (0, 4, 8, 12, 16, 20, 1000)  # cards left in the deck when opened
 
 
-def play(saved, view: str, opponent: str, deals: int) -> dict:
-    """Openings (deck left, final expedition score) and own scores over 2 x deals games."""
+def _opening_plays(rules, state, me):
+    """[H] bool: the hand slots whose play would open an expedition of `me`."""
+    opened = (state.expedition_numbered[me] + state.expedition_wagers[me]) > 0  # [C]
+    cards = jnp.minimum(state.hands[me], rules.n_cards - 1)  # an empty slot is no play
+    return ~opened[cards // rules.cards_per_color]
+
+
+def _strands(rules, state, me, slot: int) -> bool:
+    """Whether playing hand slot `slot` blocks another card of the hand still playable."""
+    k, w = rules.cards_per_color, rules.n_wagers
+    card = int(state.hands[me, slot])
+    colour, within = divmod(card, k)
+    top = int(state.expedition_top[me, colour])  # rank index of the highest numbered, -1
+
+    def playable(other: int) -> bool:  # a wager while nothing numbered, or above the top
+        return other % k - w > top if other % k >= w else top < 0
+
+    return within >= w and any(
+        c // k == colour and c % k < within and playable(c)
+        for c in (int(c) for c in np.asarray(state.hands[me]))
+        if c < rules.n_cards and c != card
+    )
+
+
+def play(
+    saved, view: str, opponent: str, deals: int, agent_bot: str = "", max_expeditions: int = 0
+) -> dict:
+    """Openings (deck left, final expedition score), own scores and the agent's plays,
+    discards and stranding plays over 2 x deals games."""
     rules, spec = saved.rules, saved.spec
     hand = rules.hand_size
+    cap = max_expeditions or rules.n_colors
 
     @jax.jit
     def agent(params, state):
-        obs = engine.observe(rules, state, state.current_player)
+        me = state.current_player
+        obs = engine.observe(rules, state, me)
         mask = engine.legal_action_mask(rules, state)
         mask = pol.restrict_draws(rules, state, mask, saved.config.draws)
+        opened = jnp.sum((state.expedition_numbered[me] + state.expedition_wagers[me]) > 0)
+        capped = (state.phase == CARD_PHASE) & (opened >= cap)
+        mask = mask.at[:hand].set(mask[:hand] & ~(capped & _opening_plays(rules, state, me)))
         raw = mlp.apply(spec, params, obs[None])[0]
         if view == "current":
             scores = pol.regret_matching(raw, mask, fallback="argmax_tiebreak")
@@ -59,7 +97,11 @@ def play(saved, view: str, opponent: str, deals: int) -> dict:
 
     step = jax.jit(lambda state, action: engine.step(rules, state, action))
     bot = jax.jit(lambda state, g, d: bot_action(rules, opponent, state, 0, 0, g, d))
-    openings, own_scores = [], []
+    # iteration word 1: the agent's seat draws other noise than the opponent's
+    seat_bot = agent_bot and jax.jit(
+        lambda state, g, d: bot_action(rules, agent_bot, state, 0, 1, g, d)
+    )
+    openings, own_scores, plays, discards, strands = [], [], 0, 0, 0
     for deal in range(deals):
         for seat in (0, 1):
             state = engine.init(rules, 7, deal)
@@ -67,8 +109,15 @@ def play(saved, view: str, opponent: str, deals: int) -> dict:
             opened, decision = [], 0
             while not bool(state.terminal):
                 if int(state.current_player) == seat:
-                    action = int(agent(params, state))
+                    if seat_bot:
+                        action = int(seat_bot(state, jnp.int32(deal), jnp.int32(decision)))
+                    else:
+                        action = int(agent(params, state))
+                    if int(state.phase) == CARD_PHASE:
+                        discards += action >= hand
                     if int(state.phase) == CARD_PHASE and action < hand:
+                        plays += 1
+                        strands += _strands(rules, state, seat, action)
                         colour = rules.card_color(int(state.hands[seat, action]))
                         cards = int(state.expedition_numbered[seat, colour]) + int(
                             state.expedition_wagers[seat, colour]
@@ -82,7 +131,13 @@ def play(saved, view: str, opponent: str, deals: int) -> dict:
             final = np.asarray(engine.expedition_scores(rules, state))[seat]
             openings += [(left, int(final[colour])) for left, colour in opened]
             own_scores.append(int(final.sum()))
-    return {"openings": openings, "own_scores": own_scores}
+    return {
+        "openings": openings,
+        "own_scores": own_scores,
+        "plays": plays,
+        "discards": discards,
+        "strands": strands,
+    }
 
 
 def summarize(result: dict) -> dict:
@@ -106,6 +161,9 @@ def summarize(result: dict) -> dict:
         "openings_per_game": len(openings) / max(games, 1),
         "negative_share": float(np.mean(openings[:, 1] < 0)) if len(openings) else 0.0,
         "own_score_mean": float(np.mean(result["own_scores"])),
+        "plays_per_game": result["plays"] / max(games, 1),
+        "discards_per_game": result["discards"] / max(games, 1),
+        "stranding_plays_per_game": result["strands"] / max(games, 1),
         "by_deck_left": buckets,
     }
 
@@ -118,23 +176,46 @@ def main() -> None:
     parser.add_argument("--deals", type=int, default=100, help="each played in both seats")
     parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
     parser.add_argument("--json", default=None, help="write the summary here")
+    parser.add_argument(
+        "--agent-bot", choices=BOT_NAMES, default="", help="play this bot in the agent's seat"
+    )
+    parser.add_argument(
+        "--max-expeditions", type=int, default=0, help="what-if: at most K open (0 = no cap)"
+    )
     args = parser.parse_args()
     if args.deals < 1:
         parser.error("--deals must be >= 1")
+    if args.max_expeditions < 0:
+        parser.error("--max-expeditions must be >= 0")
+    if args.agent_bot and args.max_expeditions:
+        parser.error("--max-expeditions caps the trained agent; not with --agent-bot")
     try:
         saved = load_saved_networks(args.workdir, args.checkpoint)
     except (OSError, ValueError) as error:
         parser.error(str(error))
     if saved.strategy_note():
         print(f"note: {saved.strategy_note()}", file=sys.stderr)
-    summary = summarize(play(saved, args.view, args.opponent, args.deals))
+    result = play(saved, args.view, args.opponent, args.deals, args.agent_bot, args.max_expeditions)
+    summary = summarize(result)
+    agent = args.agent_bot or args.view
     summary.update(
-        workdir=args.workdir, checkpoint=saved.iteration, view=args.view, opponent=args.opponent
+        workdir=args.workdir,
+        checkpoint=saved.iteration,
+        view=args.view,
+        opponent=args.opponent,
+        agent_bot=args.agent_bot,
+        max_expeditions=args.max_expeditions,
     )
+    capped = f" (at most {args.max_expeditions} open)" if args.max_expeditions else ""
     print(
-        f"{args.workdir} checkpoint {saved.iteration}, {args.view} vs {args.opponent}: "
+        f"{args.workdir} checkpoint {saved.iteration}, {agent}{capped} vs {args.opponent}: "
         f"{summary['openings_per_game']:.2f} expeditions opened a game, "
         f"{summary['negative_share']:.0%} end negative, own score {summary['own_score_mean']:+.2f}"
+    )
+    print(
+        f"  a game: {summary['plays_per_game']:.1f} plays, {summary['discards_per_game']:.1f} "
+        f"discards, {summary['stranding_plays_per_game']:.2f} plays that give up a lower card "
+        "of the hand"
     )
     for row in summary["by_deck_left"]:
         print(

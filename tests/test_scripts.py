@@ -79,15 +79,31 @@ def test_best_response_refuses_unknown_fields(tmp_path):
 def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path):
     run = best_response_run
     out = tmp_path / "expeditions.json"
-    for view in ("average_strategy", "current"):
+    # the current policy held to one open expedition (a what-if the script offers)
+    for view, cap in (("average_strategy", 0), ("current", 1)):
         _script(
-            "expeditions.py", f"--workdir={run}", f"--view={view}", "--deals=2", f"--json={out}"
+            "expeditions.py",
+            f"--workdir={run}",
+            f"--view={view}",
+            "--deals=2",
+            f"--max-expeditions={cap}",
+            f"--json={out}",
         )
         summary = json.loads(out.read_text())
         assert summary["games"] == 4 and summary["checkpoint"] == 1
         opened = sum(row["openings"] for row in summary["by_deck_left"])
         assert opened == round(summary["openings_per_game"] * 4)
         assert all(0.0 <= row["negative_share"] <= 1.0 for row in summary["by_deck_left"])
+        assert 0 <= summary["stranding_plays_per_game"] <= summary["plays_per_game"]
+        assert summary["plays_per_game"] + summary["discards_per_game"] > 0
+    assert summary["openings_per_game"] <= 1
+    _script(
+        "expeditions.py", f"--workdir={run}", "--deals=2", "--agent-bot=random", f"--json={out}"
+    )
+    assert json.loads(out.read_text())["agent_bot"] == "random"
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("expeditions.py", f"--workdir={run}", "--agent-bot=random", "--max-expeditions=2")
+    assert "--max-expeditions caps the trained agent" in failure.value.stderr
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("expeditions.py", f"--workdir={tmp_path / 'none'}")
     assert "does not exist" in failure.value.stderr
