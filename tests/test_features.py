@@ -47,7 +47,7 @@ def _unscale(f):
     return f[:C2].reshape(2, len(features.PER_COLOUR), SMALL.n_colors) / scales[None, :, None]
 
 
-def test_a_hand_counted_position():
+def _hand_counted_position():
     n = SMALL.n_cards
     x = np.zeros(SMALL.encoding_size, np.float32)
     x[[1, 3, 9]] = 1  # hand: a dead 2 and a live 4 of colour 0, the 5 of colour 1
@@ -57,6 +57,12 @@ def test_a_hand_counted_position():
     x[5 * n + 8] = 1  # the opponent is known to hold the 4 of colour 1
     x[8 * n] = 3 * SMALL.deck_scale  # three cards in the deck
     x[-1] = 98 * SMALL.turn_scale  # two turns to the cap
+    return x
+
+
+def test_a_hand_counted_position():
+    n = SMALL.n_cards
+    x = _hand_counted_position()
     f = _jax(SMALL, x)
     assert f.shape == (features.feature_size(SMALL),)
     expected = np.array(
@@ -80,10 +86,7 @@ def test_a_hand_counted_position():
 
 def test_what_a_play_blocks_in_a_hand_counted_position():
     n = SMALL.n_cards
-    x = np.zeros(SMALL.encoding_size, np.float32)
-    x[[1, 3, 9]] = 1  # hand: a dead 2 and a live 4 of colour 0, the 5 of colour 1
-    x[n + 0] = x[n + 2] = 1  # own expedition 0: the wager and the 3
-    x[2 * n + 6] = 1  # the opponent's expedition 1: its 2
+    x = _hand_counted_position()
     f = _jax(SMALL, x, features.blocking_features)
     assert f.shape == (features.blocking_feature_size(SMALL),)
     strands, skips = f.reshape(2, n) / COUNT_SCALE
