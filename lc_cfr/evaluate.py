@@ -7,6 +7,10 @@
     python -m lc_cfr.evaluate --agent=openspiel_ismcts --opponents=random,safe_heuristic \
         --games=8 --rules=n_colors=2 [--openspiel_simulations=N]
     python -m lc_cfr.evaluate --workdir=RUN --opponents=openspiel_mcts --games=8
+    python -m lc_cfr.evaluate --workdir=RUN --views=average_strategy,search \
+        [--search_blueprint=average_strategy] [--search_determinizations=D] \
+        [--search_candidates=K] [--search_prior_weight=C] [--search_rollout=greedy]
+    python -m lc_cfr.evaluate --agent=safe_heuristic --views=search ...
 
 With --workdir the run's config is read from RUN/config.json and the networks of
 checkpoint STEP (the latest by default) are loaded (`lc_cfr.train.saved_networks`: no
@@ -16,9 +20,17 @@ strategy network; `current`, regret matching on the advantage networks with the 
 `regret_matching.all_negative_fallback`). With --agent the named bot plays the evaluated
 seat instead, on the default rules or those of --rules. Every deal is played twice with
 the seats swapped, so --games must be even; see `lc_cfr.eval` for the deals, the
-randomness and the metrics. A table goes to stdout; --json writes every metric.
+randomness and the metrics. A table goes to stdout; --json writes every metric. With
+--workdir the document is also archived in RUN/evaluations/ (not with --noarchive), where
+`lc_cfr.report` lists it.
 --exploitability adds the exact exploitability of each view (OpenSpiel, lc_cfr.spiel; runs
 on an enumerable variant such as the :tiny preset only).
+
+The view `search` is search at play time (`lc_cfr.search`, docs/search.md): at each of its
+decisions the agent plays the candidates of a blueprint in D determinizations and keeps
+the best by mean final margin and prior. Its blueprint is a view of the run
+(--search_blueprint) or, with --agent, that bot (search over a bot: what search alone is
+worth); it plays lc_cfr's bots in lockstep, on the same deals as every other view.
 
 OpenSpiel's search bots (`lc_cfr.spiel.bots`, needs the `openspiel` extra) may be named in
 --opponents and --agent: `openspiel_ismcts` (information-set MCTS, a fair opponent) and
@@ -41,10 +53,12 @@ from typing import NamedTuple
 from absl import app, flags
 
 from lc_cfr import compile_cache
+from lc_cfr import search as search_lib
 from lc_cfr.bots import BOT_NAMES
+from lc_cfr.eval import api as eval_api
 from lc_cfr.eval import games as eval_games
 from lc_cfr.eval import sequential
-from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, parse_names
+from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, SEARCH, parse_names
 from lc_cfr.game import rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
@@ -65,7 +79,12 @@ _OPPONENTS = flags.DEFINE_string(
     "(openspiel_mcts sees the opponent's hand: a cheating upper-bound baseline).",
 )
 _GAMES = flags.DEFINE_integer("games", 200, "Games per opponent (even: each deal twice).")
-_VIEWS = flags.DEFINE_string("views", ALL_VIEWS, "Policy views of the run (comma-separated).")
+_VIEWS = flags.DEFINE_string(
+    "views",
+    ALL_VIEWS,
+    "Policy views of the run (comma-separated), `search` among them; with --agent only "
+    "`search` (search over the bot) is read.",
+)
 _MODE = flags.DEFINE_string("mode", "greedy", "greedy (argmax) or sampled.")
 _SEED = flags.DEFINE_integer("seed", 0, "Evaluation seed (deals, sampled actions).")
 _LANES = flags.DEFINE_integer("lanes", None, "Games in flight at once (even).")
@@ -76,6 +95,17 @@ _COMPUTE_DTYPE = flags.DEFINE_string(
     None,
     "With --workdir: play the networks in this network.compute_dtype (float32 | bfloat16) "
     "instead of the run's, e.g. to see what bfloat16 forwards cost in margin.",
+)
+_SEARCH_BLUEPRINT = flags.DEFINE_string(
+    "search_blueprint",
+    "average_strategy",
+    "The view `search` stands on: average_strategy or current (with --agent: the bot).",
+)
+_SEARCH = search_lib.define_flags()
+_ARCHIVE = flags.DEFINE_boolean(
+    "archive",
+    True,
+    "With --workdir: also keep the JSON document in RUN/evaluations/ (lc_cfr.report lists it).",
 )
 _EXPLOITABILITY = flags.DEFINE_boolean(
     "exploitability", False, "Also the exact exploitability of each view (tiny variants)."
@@ -102,6 +132,8 @@ class Request(NamedTuple):
     exploitability: bool = False
     openspiel_simulations: int = spiel_bots.DEFAULT_SIMULATIONS
     compute_dtype: str | None = None  # None: the run's network.compute_dtype
+    search_blueprint: str = "average_strategy"  # the `search` view's blueprint (runs)
+    search: search_lib.SearchOptions = search_lib.SearchOptions()
 
 
 def _parse_rules(text: str | None) -> Rules:
@@ -140,6 +172,8 @@ def parse_request(
     exploitability=False,
     openspiel_simulations=spiel_bots.DEFAULT_SIMULATIONS,
     compute_dtype=None,
+    search_blueprint="average_strategy",
+    search_options: search_lib.SearchOptions | None = None,
 ) -> Request:
     """Checks the flag values; every error is an app.UsageError naming its flag."""
     if (workdir is None) == (agent is None):
@@ -158,8 +192,28 @@ def parse_request(
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     for view in view_names:
-        if view not in POLICY_VIEWS:
-            raise app.UsageError(f"--views must be among {list(POLICY_VIEWS)}, got {view!r}")
+        if view not in POLICY_VIEWS + (SEARCH,):
+            raise app.UsageError(
+                f"--views must be among {list(POLICY_VIEWS + (SEARCH,))}, got {view!r}"
+            )
+    search_options = search_options or search_lib.SearchOptions()
+    if SEARCH in view_names and (agent is not None or workdir is not None):
+        if agent is None and search_blueprint not in search_lib.BLUEPRINT_VIEWS:
+            raise app.UsageError(
+                f"--search_blueprint must be one of {list(search_lib.BLUEPRINT_VIEWS)} "
+                f"(a view of the run), got {search_blueprint!r}"
+            )
+        searched = agent or ""
+        if sequential.is_sequential(spiel_bots, searched, *opponent_names):
+            raise app.UsageError(
+                "--views search plays lc_cfr's bots in lockstep: drop the OpenSpiel names "
+                "from --opponents and --agent"
+            )
+        rules_for_check = _parse_rules(rules) if agent is not None else Rules()
+        try:
+            search_lib.check_options(search_options, rules_for_check)
+        except ValueError as error:
+            raise app.UsageError(str(error)) from None
     if mode not in eval_games.MODES:
         raise app.UsageError(f"--mode must be one of {list(eval_games.MODES)}, got {mode!r}")
     if checkpoint is not None and (workdir is None or checkpoint < 0):
@@ -193,6 +247,8 @@ def parse_request(
         exploitability=bool(exploitability),
         openspiel_simulations=simulations,
         compute_dtype=compute_dtype,
+        search_blueprint=search_blueprint,
+        search=search_options,
     )
 
 
@@ -217,6 +273,21 @@ def run_request(request: Request) -> dict:
             lanes=request.lanes,
             simulations=request.openspiel_simulations,
         )
+        if SEARCH in request.views:
+            metrics.update(
+                eval_api.evaluate_search(
+                    request.rules,
+                    None,
+                    request.agent,
+                    None,
+                    request.search,
+                    opponents=request.opponents,
+                    games=request.games,
+                    seed=request.seed,
+                    lanes=request.lanes,
+                )
+            )
+            document["search"] = _search_document(request.agent, request.search)
         document.update(agent=request.agent, rules=request.rules.to_dict())
     else:
         from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
@@ -243,20 +314,50 @@ def run_request(request: Request) -> dict:
                 f"--exploitability: the run plays draws={draws!r}, which the OpenSpiel "
                 "policy of the exploitability computation does not apply"
             )
-        metrics = sequential.evaluate(
-            spiel_bots,
-            networks.rules,
-            networks.spec,
-            {view: available[view] for view in request.views},
-            opponents=request.opponents,
-            games=request.games,
-            mode=request.mode,
-            seed=request.seed,
-            fallback=fallback,
-            lanes=request.lanes,
-            simulations=request.openspiel_simulations,
-            draws=draws,
-        )
+        if SEARCH in request.views:
+            try:
+                search_lib.check_options(request.search, networks.rules)
+            except ValueError as error:
+                raise app.UsageError(str(error)) from None
+            if request.search_blueprint not in available:
+                raise app.UsageError(
+                    f"--search_blueprint {request.search_blueprint}: the run "
+                    f"{request.workdir} has no such view"
+                )
+        plain = [view for view in request.views if view != SEARCH]
+        metrics = {}
+        if plain:
+            metrics = sequential.evaluate(
+                spiel_bots,
+                networks.rules,
+                networks.spec,
+                {view: available[view] for view in plain},
+                opponents=request.opponents,
+                games=request.games,
+                mode=request.mode,
+                seed=request.seed,
+                fallback=fallback,
+                lanes=request.lanes,
+                simulations=request.openspiel_simulations,
+                draws=draws,
+            )
+        if SEARCH in request.views:
+            metrics.update(
+                eval_api.evaluate_search(
+                    networks.rules,
+                    networks.spec,
+                    request.search_blueprint,
+                    available[request.search_blueprint],
+                    request.search,
+                    opponents=request.opponents,
+                    games=request.games,
+                    seed=request.seed,
+                    fallback=fallback,
+                    lanes=request.lanes,
+                    draws=draws,
+                )
+            )
+            document["search"] = _search_document(request.search_blueprint, request.search)
         document.update(
             workdir=str(request.workdir),
             checkpoint=networks.iteration,
@@ -270,8 +371,29 @@ def run_request(request: Request) -> dict:
         )
     document["metrics"] = metrics
     if request.exploitability:
-        document["exploitability"] = _exploitability(networks, request.views)
+        views = [view for view in request.views if view != SEARCH]
+        document["exploitability"] = _exploitability(networks, views)
     return document
+
+
+def archive(document: dict, workdir: str | os.PathLike) -> pathlib.Path:
+    """Writes `document` to RUN/evaluations/checkpoint_<N>-<UTC time>.json (whole or not at
+    all: a temporary file renamed into place) and returns the path."""
+    import datetime
+
+    folder = pathlib.Path(workdir) / "evaluations"
+    folder.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
+    path = folder / f"checkpoint_{document['checkpoint']:08d}-{stamp}.json"
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(document, indent=1, sort_keys=True))
+    os.replace(partial, path)
+    return path
+
+
+def _search_document(blueprint: str, options: search_lib.SearchOptions) -> dict:
+    """What the `search` view searched over and with which settings (the JSON's record)."""
+    return {"blueprint": blueprint, **options._asdict()}
 
 
 def _exploitability(networks, views) -> dict:
@@ -338,6 +460,8 @@ def _main(argv):
         exploitability=_EXPLOITABILITY.value,
         openspiel_simulations=_SIMULATIONS.value,
         compute_dtype=_COMPUTE_DTYPE.value,
+        search_blueprint=_SEARCH_BLUEPRINT.value,
+        search_options=search_lib.options_from_flags(_SEARCH),
     )
     compile_cache.enable(compile_cache.directory())
     document = run_request(request)
@@ -352,6 +476,13 @@ def _main(argv):
         else ""
     )
     print(f"{where}: {request.games} games per opponent, seed {request.seed}{search}")
+    if "search" in document:
+        s = document["search"]
+        print(
+            f"search over {s['blueprint']}: {s['determinizations']} determinizations, "
+            f"{s['candidates'] or 'all'} candidates, prior weight {s['prior_weight']}, "
+            f"{s['rollout']} rollouts"
+        )
     if "average_strategy" in request.views and "strategy_iteration" in document:
         from lc_cfr.train.saved_networks import strategy_note
 
@@ -361,6 +492,11 @@ def _main(argv):
     print(format_table(document["metrics"]))
     for view, figures in document.get("exploitability", {}).items():
         print(f"exploitability of {view}: {figures['exploitability']:.4f} points")
+    if request.workdir and _ARCHIVE.value:
+        try:
+            print(f"archived in {archive(document, request.workdir)}")
+        except OSError as error:  # a read-only run directory: the results are printed
+            print(f"lc_cfr.evaluate: warning: not archived in the run: {error}", file=sys.stderr)
     if request.json:
         out = pathlib.Path(request.json)
         out.parent.mkdir(parents=True, exist_ok=True)

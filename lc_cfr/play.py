@@ -2,13 +2,17 @@
 
     python -m lc_cfr.play --workdir=RUN [--checkpoint=N] [--seat=0|1] [--deal=G]
                           [--mode=greedy|sampled] [--seed=S]
+                          [--search [--search_determinizations=D] [--search_candidates=K]
+                           [--search_prior_weight=C] [--search_rollout=greedy|sampled]]
 
 The agent is the average-strategy network of checkpoint N of the run (the latest by
 default). The config is rebuilt from RUN/config.json. The deal is game G of the shared
 generator (`engine.init(rules, seed, G)`), drawn from the clock unless given, and is
 printed with the seed so that a game can be replayed. In `sampled` mode the agent draws
 its moves with the shared generator (purpose OPPONENT), so a replay with the same human
-moves is the same game.
+moves is the same game. With --search the agent searches over that network at each of its
+decisions (`lc_cfr.search`, docs/search.md): a stronger and slower opponent, whose moves
+also replay exactly.
 
 Each human decision shows the board and a numbered list of the legal moves. Type a move
 number, or a short command: `p3` (play slot 3), `d3` (discard slot 3), `deck`,
@@ -32,9 +36,11 @@ if __name__ == "__main__":
 from absl import app, flags, logging  # noqa: E402
 
 from lc_cfr import compile_cache  # noqa: E402
+from lc_cfr import search as search_lib  # noqa: E402
 from lc_cfr.terminal_game import MODES, Game, PlayError, load_agent  # noqa: E402
 
 FLAGS = flags.FLAGS
+_SEARCH_FLAGS: dict = {}
 
 
 def _define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -76,6 +82,13 @@ def _define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         upper_bound=2**32 - 1,
         flag_values=flag_values,
     )
+    flags.DEFINE_boolean(
+        "search",
+        False,
+        "The agent searches over its network at each decision (docs/search.md).",
+        flag_values=flag_values,
+    )
+    _SEARCH_FLAGS.update(search_lib.define_flags(flag_values))
 
 
 def _fail(message: str, status: int = 1):
@@ -101,7 +114,8 @@ def main(argv) -> int:
     compile_cache.enable(compile_cache.directory())
     deal = FLAGS.deal if FLAGS.deal is not None else time.time_ns() // 1000 % 2**31
     try:
-        game = Game(load_agent(FLAGS.workdir, FLAGS.checkpoint), mode=FLAGS.mode)
+        search = search_lib.options_from_flags(_SEARCH_FLAGS) if FLAGS.search else None
+        game = Game(load_agent(FLAGS.workdir, FLAGS.checkpoint), mode=FLAGS.mode, search=search)
         return game.play(
             human=FLAGS.seat, deal=deal, seed=FLAGS.seed, infile=sys.stdin, outfile=sys.stdout
         )

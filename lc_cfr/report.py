@@ -12,7 +12,9 @@ length, truncation rate and the share of the agent's draws taken from a discard 
 (its stalling: scripts/stalling.py prices it); the game the traversals play (path
 lengths, truncation share, the turns of the advantage and strategy samples);
 throughput and where an iteration's time goes (means of the last 10 rows); health
-counters; and the checkpoints on disk.
+counters; the checkpoints on disk; and the evaluations `lc_cfr.evaluate` archived in
+RUN/evaluations/ (search at play time beside the raw views of the same checkpoint and
+deals).
 --json writes the same figures.
 """
 
@@ -135,6 +137,41 @@ def evaluations(rows: list[dict]) -> dict[str, dict]:
     return found
 
 
+# Where `lc_cfr.evaluate --workdir=RUN` archives each of its documents.
+EVALUATIONS_DIR = "evaluations"
+
+
+def archived_evaluations(workdir: pathlib.Path) -> list[dict]:
+    """The documents of RUN/evaluations/*.json in name (time) order, each reduced to
+    {file, checkpoint, games, search, pairs: {"view/opponent": {margin, stderr}}}; a file
+    that is not such a document is listed with its error instead of failing the report."""
+    found = []
+    for path in sorted((workdir / EVALUATIONS_DIR).glob("*.json")):
+        try:
+            document = json.loads(path.read_text())
+            metrics = document["metrics"]
+            pairs = {
+                key[len("eval/") : -len("/margin_mean")]: {
+                    "margin": value,
+                    "stderr": metrics.get(key.replace("margin_mean", "margin_stderr"), math.nan),
+                }
+                for key, value in metrics.items()
+                if key.startswith("eval/") and key.endswith("/margin_mean")
+            }
+            found.append(
+                {
+                    "file": path.name,
+                    "checkpoint": document.get("checkpoint"),
+                    "games": document.get("games"),
+                    "search": document.get("search"),
+                    "pairs": pairs,
+                }
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            found.append({"file": path.name, "error": f"unreadable: {error}"})
+    return found
+
+
 # Presets a run is compared with; the one it differs from least is reported.
 PRESETS = ("", "plain", "small", "tiny", "smoke", "classic", "small,classic")
 
@@ -220,6 +257,7 @@ def build_report(
             for key in ("health/skipped_updates", "health/non_finite_samples")
         },
         "checkpoints": {"directory": str(store_dir), "steps": steps},
+        "archived_evaluations": archived_evaluations(workdir),
     }
 
 
@@ -286,6 +324,26 @@ def render(report: dict, *, all_fields: bool = False) -> str:
     steps = report["checkpoints"]["steps"]
     shown = ", ".join(map(str, steps)) if steps else "none yet"
     lines.append(f"checkpoints in {report['checkpoints']['directory']}: {shown}")
+    archived = report.get("archived_evaluations") or []
+    if archived:
+        lines.append(f"evaluations by lc_cfr.evaluate ({EVALUATIONS_DIR}/):")
+    for document in archived:
+        if "error" in document:
+            lines.append(f"  {document['file']}: {document['error']}")
+            continue
+        lines.append(
+            f"  {document['file']}: checkpoint {document['checkpoint']}, "
+            f"{document['games']} games per opponent"
+        )
+        search = document.get("search")
+        if search:
+            lines.append(
+                f"    search over {search['blueprint']}: D={search['determinizations']}, "
+                f"k={search['candidates'] or 'all'}, c={search['prior_weight']}, "
+                f"{search['rollout']} rollouts"
+            )
+        for pair, figures in sorted(document["pairs"].items()):
+            lines.append(f"    {pair:<38} {figures['margin']:+7.2f} +- {figures['stderr']:4.2f}")
     return "\n".join(lines)
 
 

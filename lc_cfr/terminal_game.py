@@ -17,6 +17,7 @@ from typing import TextIO
 import jax
 import numpy as np
 
+from lc_cfr import search as search_lib
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import CARD_PHASE, Rules
 from lc_cfr.nets import mlp
@@ -84,10 +85,23 @@ def load_agent(workdir: str | os.PathLike, iteration: int | None = None) -> Agen
 class Game:
     """One agent and the jitted single-state engine functions (each compiles once)."""
 
-    def __init__(self, agent: Agent, *, mode: str = "greedy"):
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        mode: str = "greedy",
+        search: search_lib.SearchOptions | None = None,
+    ):
+        """`search`: the agent searches over its strategy network (`lc_cfr.search`) at
+        each of its decisions instead of playing the network's policy (`mode` unused)."""
         if mode not in MODES:
             raise PlayError(f"--mode must be one of {list(MODES)}, got {mode!r}")
-        self.agent, self.mode = agent, mode
+        if search is not None:
+            try:
+                search_lib.check_options(search, agent.rules)
+            except ValueError as error:
+                raise PlayError(str(error)) from None
+        self.agent, self.mode, self.search = agent, mode, search
         rules, spec = agent.rules, agent.spec
         self.rules = rules
         self.h = rules.hand_size
@@ -107,6 +121,21 @@ class Game:
             )
         )
         self._policy = jax.jit(policy)
+        self._search = None
+        if search is not None:
+
+            def searched(params, state, seed, deal, decision):
+                mask = engine.legal_action_mask(rules, state)
+                mask = pol.restrict_draws(rules, state, mask, agent.draws)
+                blueprint = search_lib.network_blueprint(
+                    rules, spec, "average_strategy", params, draws=agent.draws
+                )
+                found = search_lib.search(
+                    rules, search, blueprint, state, mask, seed, deal, decision
+                )
+                return found.action, found.policy[found.action]
+
+            self._search = jax.jit(searched)
 
     def jitted(self) -> dict:
         """The jitted functions by name (tests check that each compiled once)."""
@@ -115,6 +144,7 @@ class Game:
             "step": self._step,
             "view": self._view,
             "policy": self._policy,
+            **({"search": self._search} if self._search is not None else {}),
         }
 
     # ----- words -----------------------------------------------------------------------
@@ -365,7 +395,13 @@ class Game:
     # ----- the agent ---------------------------------------------------------------------
 
     def agent_action(self, state, mask, *, seed: int, deal: int, decision: int):
-        """(action, its probability) under the strategy network."""
+        """(action, its probability) under the strategy network; with search, the
+        searched action and the network's probability of it."""
+        if self._search is not None:
+            action, prob = self._search(
+                self.agent.params, state, np.uint32(seed), np.uint32(deal), np.int32(decision)
+            )
+            return int(action), float(prob)
         probs = np.asarray(self._policy(self.agent.params, state), np.float64)
         legal = np.flatnonzero(mask)
         weights = probs[legal]
@@ -400,9 +436,16 @@ class Game:
         r = self.rules
         echo = not _isatty(infile)
         state = self._init(np.uint32(seed), np.uint32(deal))
+        kind = f"{self.mode} agent"
+        if self.search is not None:
+            o = self.search
+            kind = (
+                f"searching agent: {o.determinizations} worlds, "
+                f"{o.candidates or 'all'} candidates a decision"
+            )
         say(
             f"Lost Cities: you (player {human}) against checkpoint {self.agent.iteration} "
-            f"of {self.agent.workdir} ({self.mode} agent)."
+            f"of {self.agent.workdir} ({kind})."
         )
         if self.agent.note:
             say(f"Note: {self.agent.note}.")

@@ -24,14 +24,15 @@ LAYERS = {
     "memory": 1,
     "traversal": 2,
     "learn": 2,
-    "eval": 3,
-    "spiel": 3,
-    "train": 4,
-    "terminal_game": 5,
-    "main": 6,
-    "evaluate": 6,
-    "play": 6,
-    "report": 6,
+    "search": 3,
+    "eval": 4,
+    "spiel": 4,
+    "train": 5,
+    "terminal_game": 6,
+    "main": 7,
+    "evaluate": 7,
+    "play": 7,
+    "report": 7,
 }
 # the package's own __init__ imports nothing; listed so that every area is accounted for
 TOP = ""

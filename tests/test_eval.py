@@ -16,7 +16,7 @@ from absl import app
 from config_helpers import default_config
 
 from lc_cfr import eval as lc_eval
-from lc_cfr import evaluate
+from lc_cfr import evaluate, report, search
 from lc_cfr.bots import jax_bots
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
@@ -445,6 +445,26 @@ def test_cli_evaluates_a_trained_run(tmp_path):
     assert bf16["metrics"]["eval/average_strategy/random/games"] == 8
     with pytest.raises(app.UsageError, match="--compute_dtype must be one of"):
         evaluate.parse_request(workdir=str(workdir), compute_dtype="float8")
+    # search over the run's average strategy (docs/search.md), in-process; archived in the
+    # run beside the command lines' documents, and listed by the report
+    searched = evaluate.run_request(
+        evaluate.parse_request(
+            workdir=str(workdir),
+            views="search",
+            opponents="random",
+            games=8,
+            lanes=8,
+            seed=SEED,
+            search_options=search.SearchOptions(determinizations=2, candidates=2),
+        )
+    )
+    assert searched["search"]["blueprint"] == "average_strategy"
+    assert searched["metrics"]["eval/search/random/games"] == 8
+    evaluate.archive(searched, workdir)
+    archived = report.build_report(workdir)["archived_evaluations"]
+    assert len(archived) == 3  # the two command lines' and this one
+    assert "search/random" in archived[-1]["pairs"] and archived[-1]["search"]["candidates"] == 2
+    assert "search over average_strategy: D=2, k=2" in report.render(report.build_report(workdir))
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from config_helpers import default_config
 
-from lc_cfr import terminal_game
+from lc_cfr import search, terminal_game
 from lc_cfr.game import engine
 from lc_cfr.train import Trainer
 from lc_cfr.train.saved_networks import load_saved_networks
@@ -206,3 +206,31 @@ def test_games_compile_once_and_replay_exactly(game):
     transcript(human=0, deal=9, seed=3)
     for name, function in game.jitted().items():
         assert function._cache_size() == 1, name
+
+
+def test_search_agent_plays_its_blueprint_with_one_candidate_and_refuses_bad_flags(run_dir):
+    """--search: with one candidate the searching agent makes the network's greedy moves
+    (the transcripts differ in the header only); a second game reuses the compiled search;
+    a bad search flag is one line naming it."""
+    agent = terminal_game.load_agent(run_dir)
+    plain = terminal_game.Game(agent)
+    one = search.SearchOptions(determinizations=2, candidates=1)
+    searching = terminal_game.Game(agent, search=one)
+
+    def moves(game, **kwargs):
+        out = io.StringIO()
+        assert game.play(infile=io.StringIO("1\n" * 200), outfile=out, **kwargs) == 0
+        text = out.getvalue()
+        assert "Game over:" in text
+        return [line for line in text.splitlines() if "(p=" in line]
+
+    for deal in (4, 6):
+        assert moves(searching, human=1, deal=deal, seed=2) == moves(
+            plain, human=1, deal=deal, seed=2
+        )
+    assert searching.jitted()["search"]._cache_size() == 1
+    with pytest.raises(terminal_game.PlayError, match="--search_candidates"):
+        terminal_game.Game(agent, search=search.SearchOptions(candidates=999))
+    bad = _play(f"--workdir={run_dir}", "--search", "--search_determinizations=0", stdin="q\n")
+    assert bad.returncode == 1 and "--search_determinizations" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr

@@ -8,7 +8,16 @@ The game, randomness and lockstep layout are documented in `lc_cfr.eval.games`, 
 metrics in `lc_cfr.eval.metrics`.
 """
 
-from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, Snapshots, evaluate, evaluate_bots, metric_key
+from lc_cfr.eval.api import (
+    POLICY_VIEWS,
+    SD_CFR,
+    SEARCH,
+    Snapshots,
+    evaluate,
+    evaluate_bots,
+    evaluate_search,
+    metric_key,
+)
 from lc_cfr.eval.games import (
     DEFAULT_LANES,
     DRAWS,
@@ -36,10 +45,12 @@ __all__ = [
     "POLICY_VIEWS",
     "PlayResult",
     "SD_CFR",
+    "SEARCH",
     "Snapshots",
     "bot_agent",
     "evaluate",
     "evaluate_bots",
+    "evaluate_search",
     "metric_key",
     "network_agent",
     "play",

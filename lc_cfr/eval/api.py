@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from lc_cfr import search as search_lib
 from lc_cfr.bots import check_bot_name
 from lc_cfr.eval import games as eval_games
 from lc_cfr.eval.metrics import summarize
@@ -23,6 +24,8 @@ from lc_cfr.nets import mlp
 
 SD_CFR = "sd_cfr"
 POLICY_VIEWS = eval_games.VIEWS + (SD_CFR,)
+# The metrics' view name of search at play time over a view or a bot (`evaluate_search`).
+SEARCH = "search"
 
 
 class Snapshots(NamedTuple):
@@ -268,4 +271,65 @@ def evaluate_bots(
         )
         metrics = _timed_metrics(result, time.perf_counter() - start)
         out.update({metric_key(agent, opponent, k): v for k, v in metrics.items()})
+    return out
+
+
+def evaluate_search(
+    rules: Rules,
+    spec: mlp.NetworkSpec | None,
+    blueprint: str,
+    params: Any,
+    options: search_lib.SearchOptions,
+    *,
+    opponents: Sequence[str],
+    games: int,
+    seed: int = 0,
+    fallback: str = "argmax_tiebreak",
+    lanes: int | None = None,
+    devices: int | None = None,
+    draws: str = "any",
+) -> dict[str, float]:
+    """Evaluates search at play time (`lc_cfr.search`) over a blueprint against bots:
+    `eval/search/<opponent>/<metric>`, on the deals and seats of every other view.
+
+    Args:
+      blueprint: a network view (`search.BLUEPRINT_VIEWS`, `params` its parameters as in
+        `evaluate`) or a bot name (`spec` and `params` None).
+      options: the search's `SearchOptions` (checked here; errors name the --search_ flag).
+      The rest as in `evaluate`.
+    """
+    search_lib.check_options(options, rules)
+    opponents = _check_opponents(opponents, "opponents")
+    eval_games.check_games(games, lanes)
+    if blueprint in search_lib.BLUEPRINT_VIEWS:
+        if not mlp.all_finite(params):
+            raise ValueError(
+                f"the {blueprint} view's networks hold non-finite parameters: a diverged run "
+                "cannot be searched over"
+            )
+        agent = eval_games.network_agent(blueprint, "greedy", fallback, draws, search=options)
+    elif blueprint == SD_CFR:
+        raise ValueError(
+            f"--search_blueprint: search over {SD_CFR} is not supported; use one of "
+            f"{list(search_lib.BLUEPRINT_VIEWS)} or a bot name"
+        )
+    else:
+        agent = eval_games.bot_agent(blueprint, "--search_blueprint", search=options)
+        spec, params = None, None
+    out: dict[str, float] = {}
+    for opponent in opponents:
+        start = time.perf_counter()
+        result = eval_games.play(
+            rules,
+            spec,
+            agent,
+            opponent,
+            params,
+            games=games,
+            seed=seed,
+            lanes=lanes,
+            devices=devices,
+        )
+        metrics = _timed_metrics(result, time.perf_counter() - start)
+        out.update({metric_key(SEARCH, opponent, k): v for k, v in metrics.items()})
     return out

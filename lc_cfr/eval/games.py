@@ -67,6 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from lc_cfr import search as search_lib
 from lc_cfr.bots import check_bot_name, jax_bots
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import Rules
@@ -96,6 +97,8 @@ class Agent(NamedTuple):
     bot: the bot name (`bot` only).
     draws: DRAWS (network views only; `policy.restrict_draws`): the policy is
       renormalised over the draws kept; the deck draw is always kept.
+    search: when set, the agent plays `lc_cfr.search` over the view or bot above (its
+      blueprint) instead of the blueprint itself; `mode` is then unused.
     """
 
     kind: str
@@ -103,12 +106,18 @@ class Agent(NamedTuple):
     fallback: str = "argmax_tiebreak"
     bot: str = ""
     draws: str = "any"
+    search: search_lib.SearchOptions | None = None
 
 
 def network_agent(
-    view: str, mode: str = "greedy", fallback: str = "argmax_tiebreak", draws: str = "any"
+    view: str,
+    mode: str = "greedy",
+    fallback: str = "argmax_tiebreak",
+    draws: str = "any",
+    search: search_lib.SearchOptions | None = None,
 ) -> Agent:
-    """A network agent; raises ValueError naming the bad argument."""
+    """A network agent (searching over the view with `search`); raises ValueError naming
+    the bad argument."""
     if view not in VIEWS:
         raise ValueError(f"view must be one of {list(VIEWS)}, got {view!r}")
     if mode not in MODES:
@@ -118,12 +127,16 @@ def network_agent(
     pol.check_draws(draws)
     if view == "average_strategy":
         fallback = "argmax_tiebreak"  # unused: keep one cache entry per (view, mode)
-    return Agent(view, mode, fallback, draws=draws)
+    if search is not None:
+        mode = "greedy"  # unused by a search
+    return Agent(view, mode, fallback, draws=draws, search=search)
 
 
-def bot_agent(name: str, field: str = "agent") -> Agent:
-    """A bot playing the evaluated seat."""
-    return Agent("bot", bot=check_bot_name(name, field))
+def bot_agent(
+    name: str, field: str = "agent", search: search_lib.SearchOptions | None = None
+) -> Agent:
+    """A bot playing the evaluated seat (searching over the bot with `search`)."""
+    return Agent("bot", bot=check_bot_name(name, field), search=search)
 
 
 class GameRecords(NamedTuple):
@@ -202,6 +215,22 @@ def _network_actions(rules, spec, agent: Agent, params, player, states, seed, id
         return jnp.argmax(jnp.where(mask, probs, -1.0), axis=-1).astype(jnp.int32)
     bits = rng.random_bits(seed, 0, ids, decisions, rng.Purpose.SAMPLE)
     return jax.vmap(pol.sample_action)(probs, mask, bits)
+
+
+def _search_actions(rules, spec, agent: Agent, params, states, seed, ids, decisions):
+    """The searching agent's actions [H] in states [H] (one search per lane)."""
+    mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
+    if agent.kind == "bot":
+        blueprint = search_lib.bot_blueprint(rules, agent.bot)
+    else:
+        restrict = functools.partial(pol.restrict_draws, rules, draws=agent.draws)
+        mask = jax.vmap(restrict)(states, mask)
+        blueprint = search_lib.network_blueprint(
+            rules, spec, agent.kind, params, fallback=agent.fallback, draws=agent.draws
+        )
+    one = functools.partial(search_lib.search, rules, agent.search, blueprint)
+    found = jax.vmap(one, in_axes=(0, 0, None, 0, 0))(states, mask, seed, ids, decisions)
+    return found.action
 
 
 def _record(rules: Rules, records: dict, seat: int, states, deal, done, decision, counts):
@@ -300,7 +329,12 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
         """
         p = (lanes.step // 2) % 2
         mine, theirs = row(lanes.states, 0), row(lanes.states, 1)
-        if agent.kind == "bot":
+        if agent.search is not None:
+            ids = 2 * (first_deal + lanes.deal[0]) + p
+            mine_actions = _search_actions(
+                rules, spec, agent, params, mine, seed, ids, lanes.decision[0]
+            )
+        elif agent.kind == "bot":
             mine_actions = _bot_actions(
                 rules, agent.bot, mine, seed, first_deal + lanes.deal[0], lanes.decision[0]
             )
@@ -496,6 +530,8 @@ def play(
     """
     check_bot_name(opponent, "opponent")
     deals, half = check_games(games, lanes)
+    if agent.search is not None:
+        search_lib.check_options(agent.search, rules)
     if agent.kind != "bot" and spec is None:
         raise ValueError("a network agent needs the network spec")
     if agent.kind == "bot":

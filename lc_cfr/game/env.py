@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from lc_cfr.game import engine
+from lc_cfr.game import determinize, engine
 from lc_cfr.game.rules import Rules
 
 
@@ -159,12 +159,11 @@ class LostCitiesEnv:
         """Redraws the cards the player to move cannot see: a determinisation.
 
         The hidden cards are the opponent's hand cards that the mover did not see taken
-        from a pile and the cards left in the deck. They are shuffled among the deck
-        positions they occupy (for the opponent's cards, the position it was dealt or drew
-        them from), and the opponent's hand is rebuilt from its positions, so the deck
-        stays a permutation, the mover's observation and legal actions are unchanged, and
-        the hidden world is a uniform sample of those consistent with the cards the mover
-        saw. It does not weigh worlds by how likely the opponent's moves made them.
+        from a pile and the cards left in the deck; `lc_cfr.game.determinize` permutes
+        them uniformly among the deck positions they occupy and rebuilds the opponent's
+        hand, so the mover's observation and legal actions are unchanged and the hidden
+        world is a uniform sample of those consistent with the cards the mover saw. It
+        does not weigh worlds by how likely the opponent's moves made them.
 
         Args:
           state: a game; the resampling is from `state.current_player`'s point of view.
@@ -173,34 +172,9 @@ class LostCitiesEnv:
         Returns:
           The state with the opponent's hand and the remaining deck redrawn.
         """
-        x = state.engine_state
-        n = self.rules.n_cards
-        opponent = 1 - x.current_player
-        cards = jnp.arange(n)
-        their_hand = x.hands[opponent].astype(jnp.int32)  # [H], empty slots = N
-        in_their_hand = jnp.zeros((n + 1,), jnp.bool_).at[their_hand].set(True)[:n]  # [N]
-        seen_in_hand = in_their_hand & x.known_cards[opponent]  # [N]
-        deck = x.deck.astype(jnp.int32)
-        # An unseen card in the opponent's hand came from the deck (a pile draw marks it
-        # known until it leaves the hand), so every hidden card sits at a deck position.
-        theirs = (in_their_hand & ~seen_in_hand)[deck]  # [N] per deck position
-        hidden = theirs | (cards >= x.deck_pos)  # [N] per deck position
-
-        # Permute the hidden positions among themselves: `slots` lists them in position
-        # order, `order` in a random order (seen positions follow in position order in
-        # both, argsort being stable), so deck[order] moved onto deck[slots] shuffles
-        # the hidden cards and leaves every seen position alone.
-        slots = jnp.argsort(jnp.where(hidden, cards, n + cards))
-        order = jnp.argsort(jnp.where(hidden, jax.random.uniform(key, (n,)), 2.0))
-        deck = deck.at[slots].set(deck[order])
-
-        dealt = jnp.zeros((n + 1,), jnp.bool_).at[jnp.where(theirs, deck, n)].set(True)[:n]
-        holding = seen_in_hand | dealt  # [N] the opponent's new hand as card bits
-        # Sorting the held ids with N for the rest gives the engine's sorted, padded hand.
-        hand = jnp.sort(jnp.where(holding, cards, n))[: self.rules.hand_size]
-        hands = jnp.where(jnp.arange(2)[:, None] == opponent, hand[None, :], x.hands)
-        new = x.replace(hands=hands.astype(jnp.int8), deck=deck.astype(jnp.int8))
-        return state.replace(engine_state=new)
+        words = jax.random.bits(key, (self.rules.n_cards,), jnp.uint32)
+        world = determinize.determinize(self.rules, state.engine_state, words)
+        return state.replace(engine_state=world)
 
     def _wrap(self, x: engine.State, rewards: jax.Array, step_count: jax.Array) -> EnvState:
         mask = engine.legal_action_mask(self.rules, x) | x.terminal

@@ -31,6 +31,9 @@ class Purpose(enum.IntEnum):
     BOT_NOISE = 5
     OPPONENT = 6
     LEAF_CHECK = 7
+    DETERMINIZE = 8  # search: the worlds a searching player imagines
+    SEARCH_ROLLOUT = 9  # search: the blueprint's sampled moves in its rollouts
+    SEARCH_NOISE = 10  # search: the words a bot blueprint keys its noise with
 
 
 def _rotl(x, r):

@@ -1,0 +1,304 @@
+"""Determinized rollout search over a blueprint policy (docs/search.md).
+
+At a decision of the searching player: D worlds it cannot tell from the real one
+(`lc_cfr.game.determinize`, the chance posterior of its information state); the k most
+probable legal actions of the blueprint; every candidate played in every world and the
+game finished by the blueprint on both seats; the candidate of the best mean final margin
+plus c * log pi(a) is played. This is Monte Carlo determinization as in GIB (Ginsberg
+2001, "GIB: Imperfect Information in a Computationally Challenging Game") with the
+rollouts of policy improvement by Monte Carlo search (Tesauro and Galperin 1996, "On-line
+Policy Improvement using Monte-Carlo Search"); the prior term keeps the blueprint's
+choice unless the rollouts' evidence beats their noise.
+
+Common random numbers: every candidate meets the same D worlds, and at rollout decision
+t of world d every candidate's lane draws the same random words (keyed by (d, t), never
+by the candidate), so the margins of two candidates differ by what their action changed,
+not by the luck of their rollouts.
+
+Vectorised: the k x D rollouts are lanes of one `lax.while_loop` that takes one decision
+in every lane per step (all lanes start at the same phase, so one network serves them);
+`search` is a pure function of one game and is vmapped over games by its callers
+(`lc_cfr.eval.games` runs one search per agent lane per step).
+
+A blueprint is a function `(states [B], words [B] uint32) -> probs [B, A]`: the policy of
+the player to move in each state, zero off its legal actions (`network_blueprint`,
+`bot_blueprint`); `words` are per-lane random words that a noisy bot keys its noise by.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from lc_cfr.bots import check_bot_name, jax_bots
+from lc_cfr.game import determinize, engine, rng
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+from lc_cfr.traversal import policy as pol
+
+Blueprint = Callable[[engine.State, jax.Array], jax.Array]
+
+# How the blueprint plays the rollouts: its most probable action, or a draw from it.
+ROLLOUT_MODES = ("greedy", "sampled")
+# Blueprint views of a trained run that search may stand on.
+BLUEPRINT_VIEWS = ("average_strategy", "current")
+# The prior term reads log pi'(a) with pi' = (1 - share) pi + share * uniform(legal): a
+# one-hot blueprint (a bot, or regret matching that zeroed an action) then prices an
+# action it never plays at a finite number of points instead of excluding it.
+PRIOR_UNIFORM_SHARE = 0.05
+
+
+class SearchOptions(NamedTuple):
+    """What one search does (static and hashable: one compiled program per value)."""
+
+    determinizations: int = 16  # D: worlds per decision
+    candidates: int = 4  # k: the blueprint's most probable legal actions tried; 0 = all
+    prior_weight: float = 2.0  # c: points per unit of log pi'(a) added to a mean margin
+    rollout: str = "greedy"  # ROLLOUT_MODES: how the blueprint plays the rollouts
+
+
+def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--search_") -> None:
+    """Raises ValueError naming the option (`prefix` + field) of a bad value."""
+    d, k, c = options.determinizations, options.candidates, options.prior_weight
+    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        raise ValueError(f"{prefix}determinizations must be an int >= 1, got {d!r}")
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= rules.num_actions:
+        raise ValueError(
+            f"{prefix}candidates must be an int in [0, {rules.num_actions}] (the game's "
+            f"action count; 0 = every legal action), got {k!r}"
+        )
+    if not isinstance(c, int | float) or isinstance(c, bool) or not c >= 0:
+        raise ValueError(f"{prefix}prior_weight must be a number >= 0, got {c!r}")
+    if options.rollout not in ROLLOUT_MODES:
+        raise ValueError(
+            f"{prefix}rollout must be one of {list(ROLLOUT_MODES)}, got {options.rollout!r}"
+        )
+
+
+def define_flags(flag_values=None) -> dict:
+    """Defines the command lines' --search_<field> flags (absl) on `flag_values` (the
+    global FLAGS by default); returns the flag holders by SearchOptions field."""
+    from absl import flags
+
+    default = SearchOptions()
+    where = {"flag_values": flag_values} if flag_values is not None else {}
+    return {
+        "determinizations": flags.DEFINE_integer(
+            "search_determinizations",
+            default.determinizations,
+            "Search: worlds a decision.",
+            **where,
+        ),
+        "candidates": flags.DEFINE_integer(
+            "search_candidates",
+            default.candidates,
+            "Search: the blueprint's most probable legal actions tried (0 = all).",
+            **where,
+        ),
+        "prior_weight": flags.DEFINE_float(
+            "search_prior_weight",
+            default.prior_weight,
+            "Search: points per unit of log pi(a) added to a candidate's mean margin.",
+            **where,
+        ),
+        "rollout": flags.DEFINE_string(
+            "search_rollout",
+            default.rollout,
+            f"Search: how the blueprint plays the rollouts ({' | '.join(ROLLOUT_MODES)}).",
+            **where,
+        ),
+    }
+
+
+def options_from_flags(holders: dict) -> SearchOptions:
+    """The SearchOptions of `define_flags`' holders (after parsing)."""
+    return SearchOptions(**{name: holder.value for name, holder in holders.items()})
+
+
+def width(options: SearchOptions, rules: Rules) -> int:
+    """K, the candidate slots of a search (k, or the action count for k = 0)."""
+    return options.candidates or rules.num_actions
+
+
+# ----- blueprints --------------------------------------------------------------------
+
+
+def network_blueprint(
+    rules: Rules,
+    spec: mlp.NetworkSpec,
+    view: str,
+    params: Any,
+    *,
+    fallback: str = "argmax_tiebreak",
+    draws: str = "any",
+) -> Blueprint:
+    """A trained run's policy view as a blueprint.
+
+    `average_strategy` reads the strategy network (`params`); `current` regret-matches the
+    mover's advantage network (`params` = (player 0's, player 1's)); both are renormalised
+    over the draws `draws` keeps (`policy.restrict_draws`), as the run's agent plays.
+    """
+    if view not in BLUEPRINT_VIEWS:
+        raise ValueError(f"view must be one of {list(BLUEPRINT_VIEWS)}, got {view!r}")
+    pol.check_draws(draws)
+
+    def blueprint(states: engine.State, words: jax.Array) -> jax.Array:
+        del words  # a network's policy is deterministic
+        players = states.current_player
+        obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(rules, states, players)
+        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
+        restrict = functools.partial(pol.restrict_draws, rules, draws=draws)
+        mask = jax.vmap(restrict)(states, mask)
+        if view == "average_strategy":
+            return mlp.masked_policy(mlp.apply(spec, params, obs), mask)
+        # Each lane reads its mover's network: both are run (a lane's mover is data).
+        raw = jnp.where(
+            (players == 0)[:, None],
+            mlp.apply(spec, params[0], obs),
+            mlp.apply(spec, params[1], obs),
+        )
+        rm = functools.partial(pol.regret_matching, fallback=fallback)
+        return jax.vmap(rm)(mlp.masked_advantages(raw, mask), mask)
+
+    return blueprint
+
+
+def bot_blueprint(rules: Rules, name: str) -> Blueprint:
+    """A bot as a blueprint: all its probability on the action it plays (a noisy bot draws
+    its noise from the lane's words)."""
+    name = check_bot_name(name, "blueprint")
+
+    def blueprint(states: engine.State, words: jax.Array) -> jax.Array:
+        actions = jax.vmap(jax_bots.bot_action, in_axes=(None, None, 0, 0, None, None, None))(
+            rules, name, states, words, 0, 0, 0
+        )
+        return (actions[:, None] == jnp.arange(rules.num_actions)).astype(jnp.float32)
+
+    return blueprint
+
+
+# ----- the search --------------------------------------------------------------------
+
+
+class SearchResult(NamedTuple):
+    """One search's answer (K candidate slots, D worlds, A actions)."""
+
+    action: jax.Array  # [] int32 the action chosen
+    candidates: jax.Array  # [K] int32 the actions tried, most probable first
+    tried: jax.Array  # [K] bool the slot holds a legal action (k may exceed the legal count)
+    margins: jax.Array  # [K, D] float32 the searcher's final margin in each world, points
+    scores: jax.Array  # [K] float32 mean margin + c log pi'(a); -inf where not tried
+    policy: jax.Array  # [A] float32 the blueprint at the real state
+
+
+def rollout_span(rules: Rules) -> int:
+    """Counters a world's rollout may use: more than the decisions of a whole game."""
+    return 2 * rules.max_turns + 2
+
+
+def candidates(policy: jax.Array, mask: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
+    """The `count` most probable legal actions (the lowest index first among ties, as a
+    greedy agent breaks them) and whether each slot holds one."""
+    key = jnp.where(mask, policy, -1.0)
+    order = jnp.argsort(-key, stable=True)[:count].astype(jnp.int32)
+    return order, jnp.arange(count) < jnp.sum(mask)
+
+
+def rollout_margins(
+    rules: Rules,
+    options: SearchOptions,
+    blueprint: Blueprint,
+    state: engine.State,
+    actions: jax.Array,
+    seed,
+    game,
+    decision,
+) -> jax.Array:
+    """[K, D] float32: each of `actions` [K] played in D worlds and the games finished by
+    the blueprint, the final margins of `state`'s player to move.
+
+    Random numbers: world d is `determinize` with words random_bits(seed, decision, game,
+    d * N + i, DETERMINIZE); rollout decision t of world d draws random_bits(seed,
+    decision, game, d * span + t, purpose) for SEARCH_ROLLOUT (a sampled move) and
+    SEARCH_NOISE (a bot's noise): the same for every candidate.
+    """
+    n, d = rules.n_cards, options.determinizations
+    k = actions.shape[0]
+    worlds = jnp.arange(d, dtype=jnp.uint32)
+    cards = jnp.arange(n, dtype=jnp.uint32)
+    words = rng.random_bits(
+        seed, decision, game, worlds[:, None] * jnp.uint32(n) + cards, rng.Purpose.DETERMINIZE
+    )  # [D, N]
+    imagined = jax.vmap(determinize.determinize, in_axes=(None, None, 0))(rules, state, words)
+    # Lanes are candidate-major: lane j * D + w plays candidate j in world w.
+    lanes = jax.tree.map(lambda x: jnp.tile(x, (k,) + (1,) * (x.ndim - 1)), imagined)
+    first = jnp.repeat(actions, d)
+    lanes = jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, lanes, first)
+    world = jnp.tile(worlds, k)  # [K * D]
+    span = jnp.uint32(rollout_span(rules))
+
+    def unfinished(carry):
+        states, _ = carry
+        return jnp.any(~states.terminal)
+
+    def play(carry):
+        states, t = carry
+        counter = world * span + t.astype(jnp.uint32)
+        noise = rng.random_bits(seed, decision, game, counter, rng.Purpose.SEARCH_NOISE)
+        probs = blueprint(states, noise)
+        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
+        if options.rollout == "greedy":
+            moves = jnp.argmax(jnp.where(mask, probs, -1.0), axis=-1).astype(jnp.int32)
+        else:
+            bits = rng.random_bits(seed, decision, game, counter, rng.Purpose.SEARCH_ROLLOUT)
+            moves = jax.vmap(pol.sample_action)(probs, mask, bits)
+        return jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, states, moves), t + 1
+
+    final, _ = jax.lax.while_loop(unfinished, play, (lanes, jnp.int32(0)))
+    player = state.current_player
+    margins = jax.vmap(engine.returns, in_axes=(None, 0))(rules, final)[:, player]
+    return margins.reshape(k, d)
+
+
+def search(
+    rules: Rules,
+    options: SearchOptions,
+    blueprint: Blueprint,
+    state: engine.State,
+    mask: jax.Array,
+    seed,
+    game,
+    decision,
+) -> SearchResult:
+    """The search's action at one decision of `state`'s player to move.
+
+    Args:
+      rules, options: static.
+      blueprint: the policy searched over (see the module docstring).
+      state: one non-terminal game (only what its mover can see is used).
+      mask: [A] bool the actions the searcher may take (the legal ones, less the draws
+        its `draws` excludes).
+      seed, game, decision: uint32/int32 scalars keying the search's random numbers
+        (`rollout_margins`); a game and decision never searched twice with one seed.
+
+    Returns:
+      SearchResult; with k = 1 the action is the blueprint's most probable one.
+    """
+    k = width(options, rules)
+    # The root's noise word lies past every world's rollout counters.
+    root = jnp.uint32(options.determinizations * rollout_span(rules))
+    words = rng.random_bits(seed, decision, game, root, rng.Purpose.SEARCH_NOISE)
+    policy = jnp.where(mask, blueprint(jax.tree.map(lambda x: x[None], state), words[None])[0], 0)
+    actions, tried = candidates(policy, mask, k)
+    actions = jnp.where(tried, actions, actions[0])  # slots past the legal ones repeat one
+    margins = rollout_margins(rules, options, blueprint, state, actions, seed, game, decision)
+    legal = jnp.sum(mask, dtype=jnp.float32)
+    mixed = (1.0 - PRIOR_UNIFORM_SHARE) * policy[actions] + PRIOR_UNIFORM_SHARE / legal
+    scores = jnp.mean(margins, axis=1) + jnp.float32(options.prior_weight) * jnp.log(mixed)
+    scores = jnp.where(tried, scores, -jnp.inf)
+    best = jnp.argmax(scores)
+    return SearchResult(actions[best], actions, tried, margins, scores, policy)

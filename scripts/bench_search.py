@@ -1,0 +1,185 @@
+"""Latency of search at play time, per decision, beside its blueprint's own decision.
+
+One search (`lc_cfr.search.search`, jitted for one game, as `lc_cfr.play` and the
+OpenSpiel bot run it) is timed at each of `--positions` decisions of the searching
+player, drawn from games that `safe_heuristic` plays against itself (so positions of every
+stage, with realistic game lengths ahead). For each setting (D determinizations x k
+candidates) the script reports the first call once (compile and one search), then the
+median and the 95th percentile of the per-decision seconds, and the median's ratio to the
+blueprint's own decision (one forward and the policy at the same positions, timed in the
+same run).
+
+The blueprint is a view of a run (`--workdir`, latest checkpoint unless `--checkpoint`)
+or, without one, a network of the default config's shape with random weights (the cost
+of a search does not depend on the weights, only on how long the rollouts play).
+
+    .venv/bin/python scripts/bench_search.py [--workdir RUN] [--determinizations 16,64,256]
+        [--candidates 2,4,0] [--positions 40] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lc_cfr import compile_cache, search
+from lc_cfr.bots import jax_bots
+from lc_cfr.game import engine
+from lc_cfr.traversal import policy as pol
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common  # noqa: E402
+
+
+def _positions(rules, count: int, seed: int) -> list:
+    """`count` states at decisions, drawn uniformly from safe_heuristic self-play games."""
+    act = jax.jit(lambda s, g, d: jax_bots.bot_action(rules, "safe_heuristic", s, seed, 0, g, d))
+    step = jax.jit(lambda s, a: engine.step(rules, s, a))
+    rand = np.random.RandomState(seed)
+    states, game = [], 0
+    while len(states) < count:
+        state, path = engine.init(rules, seed, game), []
+        while not bool(state.terminal):
+            path.append(state)
+            state = step(state, act(state, game, len(path) - 1))
+        states.append(path[rand.randint(len(path))])
+        game += 1
+    return states
+
+
+def _blueprint(args, rules):
+    if args.workdir:
+        from lc_cfr.train.saved_networks import load_saved_networks
+
+        networks = load_saved_networks(args.workdir, args.checkpoint)
+        params = networks.policy_views()[args.view]
+        draws = networks.config.draws
+        fallback = networks.config.regret_matching.all_negative_fallback
+        spec, where = networks.spec, f"checkpoint {networks.iteration} of {args.workdir}"
+    else:
+        from lc_cfr.nets import mlp
+        from lc_cfr.train.setup import spec_from_config
+
+        config = bench_common.load_config("configs/default.py")
+        spec = spec_from_config(config, rules)
+        params = mlp.init_params(spec, jax.random.PRNGKey(0))
+        if args.view == "current":
+            params = (params, mlp.init_params(spec, jax.random.PRNGKey(1)))
+        draws, fallback = config.draws, "argmax_tiebreak"
+        where = "random weights, the default config's shape"
+    return spec, params, draws, fallback, where
+
+
+def _time(fn, states) -> list[float]:
+    seconds = []
+    for state in states:
+        start = time.perf_counter()
+        jax.block_until_ready(fn(state))
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", help="a run (default: random weights)")
+    parser.add_argument("--checkpoint", type=int)
+    parser.add_argument("--view", default="average_strategy", choices=search.BLUEPRINT_VIEWS)
+    parser.add_argument("--determinizations", default="16,64,256")
+    parser.add_argument("--candidates", default="2,4,0", help="0 = every legal action")
+    parser.add_argument("--prior-weight", type=float, default=search.SearchOptions().prior_weight)
+    parser.add_argument("--rollout", default="greedy", choices=search.ROLLOUT_MODES)
+    parser.add_argument("--positions", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    compile_cache.enable(compile_cache.directory())
+
+    from lc_cfr.game.rules import Rules
+
+    rules = Rules()
+    if args.workdir:
+        from lc_cfr.train.saved_networks import load_saved_networks
+
+        rules = load_saved_networks(args.workdir, args.checkpoint).rules
+    spec, params, draws, fallback, where = _blueprint(args, rules)
+    blueprint = search.network_blueprint(
+        rules, spec, args.view, params, fallback=fallback, draws=draws
+    )
+    states = _positions(rules, args.positions, args.seed)
+
+    def mask_of(state):
+        return pol.restrict_draws(rules, state, engine.legal_action_mask(rules, state), draws)
+
+    def own(state):
+        probs = blueprint(jax.tree.map(lambda x: x[None], state), jnp.zeros((1,), jnp.uint32))
+        return jnp.argmax(jnp.where(mask_of(state), probs[0], -1.0))
+
+    own = jax.jit(own)
+    jax.block_until_ready(own(states[0]))
+    base = float(np.median(_time(own, states)))
+    print(f"blueprint: {args.view} of {where}; {len(states)} positions")
+    print(f"the blueprint's own decision: {base * 1e3:.3f} ms (median)")
+    print(f"{'D':>5} {'k':>4} {'first s':>10} {'median ms':>10} {'p95 ms':>10} {'x own':>9}")
+    rows = []
+    for d in (int(x) for x in args.determinizations.split(",")):
+        for k in (int(x) for x in args.candidates.split(",")):
+            options = search.SearchOptions(d, k, args.prior_weight, args.rollout)
+            search.check_options(options, rules, prefix="--")
+
+            def one(state, options=options):
+                found = search.search(
+                    rules,
+                    options,
+                    blueprint,
+                    state,
+                    mask_of(state),
+                    args.seed,
+                    0,
+                    engine.decision_index(state),
+                )
+                return found.action
+
+            fn = jax.jit(one)
+            start = time.perf_counter()
+            jax.block_until_ready(fn(states[0]))
+            compile_seconds = time.perf_counter() - start
+            seconds = _time(fn, states)
+            median, p95 = float(np.median(seconds)), float(np.percentile(seconds, 95))
+            rows.append(
+                {
+                    "determinizations": d,
+                    "candidates": k,
+                    "compile_seconds": compile_seconds,
+                    "median_seconds": median,
+                    "p95_seconds": p95,
+                    "ratio_to_blueprint": median / base,
+                }
+            )
+            print(
+                f"{d:>5} {k or 'all':>4} {compile_seconds:>10.1f} {median * 1e3:>10.1f} "
+                f"{p95 * 1e3:>10.1f} {median / base:>9.0f}"
+            )
+    if args.json:
+        document = {
+            "command": " ".join(sys.argv),
+            "blueprint": where,
+            "view": args.view,
+            "positions": len(states),
+            "blueprint_seconds": base,
+            "settings": rows,
+            "machine": platform.platform(),
+        }
+        Path(args.json).write_text(json.dumps(document, indent=1))
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

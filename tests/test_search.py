@@ -1,0 +1,262 @@
+"""Search at play time (lc_cfr.search): the determinization sampler's exact distribution,
+common random numbers across candidates, k = 1 is the blueprint's own play, search is
+worth something, one compile, bad options."""
+
+import collections
+import fractions
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from traversal_helpers import dyadic_params
+
+from lc_cfr import eval as lc_eval
+from lc_cfr import search
+from lc_cfr.bots import jax_bots
+from lc_cfr.game import determinize, engine
+from lc_cfr.game.rules import Rules
+from lc_cfr.nets import mlp
+from lc_cfr.spiel import TINY_RULES
+
+# The smoke variant of tests/test_eval.py: 12 cards, hands of 3, games of ~15 decisions.
+RULES = Rules(n_colors=2, n_ranks=5, n_wagers=1, hand_size=3, bonus_threshold=5, max_turns=30)
+SPEC = mlp.NetworkSpec(RULES.encoding_size, RULES.num_actions, hidden_size=32, num_layers=2)
+SEED = 11
+GAMES = 24
+LANES = 8  # four lanes a seat: one phase of the evaluation loop, its cheapest compile
+EVAL_GAMES = 8
+
+
+def _params(key: int):
+    return mlp.init_params(SPEC, jax.random.PRNGKey(key))
+
+
+def _host(tree):
+    return jax.tree.map(np.asarray, tree)
+
+
+def _world(state, player) -> tuple:
+    """What a determinization decides: the opponent's hand and the deck still to come."""
+    x = _host(state)
+    return tuple(x.hands[1 - player]), tuple(x.deck[x.deck_pos :])
+
+
+@functools.cache
+def _jitted(rules):
+    """Single-state and batched engine functions, compiled once per rules."""
+    return {
+        "step": jax.jit(lambda s, a: engine.step(rules, s, a)),
+        "mask": jax.jit(lambda s: engine.legal_action_mask(rules, s)),
+        "batch_step": jax.jit(jax.vmap(lambda s, a: engine.step(rules, s, a), in_axes=(0, None))),
+        "batch_observe": jax.jit(
+            jax.vmap(lambda s, p: engine.observe(rules, s, p), in_axes=(0, None))
+        ),
+    }
+
+
+def _random_histories(rules, deals, depths, seed=0):
+    """(deck, actions, states) of random legal play: states[i] is after actions[:i]."""
+    step, mask = _jitted(rules)["step"], _jitted(rules)["mask"]
+    rand = np.random.RandomState(seed)
+    for g in range(deals):
+        deck = np.asarray(engine.deal_order(rules, seed, g))
+        state = engine.init_from_deck(rules, deck)
+        actions, states = [], [state]
+        for _ in range(max(depths)):
+            if bool(state.terminal):
+                break
+            action = int(rand.choice(np.flatnonzero(np.asarray(mask(state)))))
+            state = step(state, action)
+            actions.append(action)
+            states.append(state)
+        for depth in depths:
+            if depth < len(states) and not bool(states[depth].terminal):
+                yield deck, actions[:depth], states[: depth + 1]
+
+
+def _chance_posterior(rules, actions, states) -> dict:
+    """The exact posterior of the last state's mover over worlds: every deck order that
+    replays `actions` legally and shows the mover what it saw at every step, counted
+    (every deck order is equally likely; hands of one card make an action id mean the
+    same move in every deck)."""
+    player = int(states[-1].current_player)
+    step, observe = _jitted(rules)["batch_step"], _jitted(rules)["batch_observe"]
+    seen = [np.asarray(engine.observe(rules, s, player)) for s in states]
+    decks = np.array(list(itertools.permutations(range(rules.n_cards))), np.int8)
+    batch = jax.vmap(engine.init_from_deck, in_axes=(None, 0))(rules, jnp.asarray(decks))
+    consistent = np.ones(len(decks), bool)
+    for i in range(len(states)):
+        consistent &= (np.asarray(observe(batch, player)) == seen[i]).all(axis=1)
+        if i < len(actions):
+            batch = step(batch, actions[i])
+            consistent &= np.asarray(batch.illegal_player) < 0
+    counts = collections.Counter(
+        _world(jax.tree.map(lambda x, i=i: x[i], batch), player) for i in np.flatnonzero(consistent)
+    )
+    total = sum(counts.values())
+    return {world: fractions.Fraction(c, total) for world, c in counts.items()}
+
+
+def test_determinizations_enumerate_the_chance_posterior_exactly():
+    """On the tiny variant every offset sequence of the Fisher-Yates shuffle is tried:
+    the worlds come out with exactly the posterior probabilities of the deck orders."""
+    rules = TINY_RULES
+    n = rules.n_cards
+    shuffle = jax.jit(
+        jax.vmap(determinize.shuffle_hidden, in_axes=(None, None, 0)), static_argnums=0
+    )
+    hidden = jax.jit(determinize.hidden_positions, static_argnums=0)
+    checked = known = 0
+    for _, actions, states in _random_histories(rules, deals=12, depths=(0, 1, 2, 3, 4, 5)):
+        state = states[-1]
+        player = int(state.current_player)
+        _, m = hidden(rules, state)
+        m = int(m)
+        offsets = np.array(
+            [list(o) + [0] * (n - m) for o in itertools.product(*(range(m - i) for i in range(m)))],
+            np.int32,
+        )
+        worlds = shuffle(rules, state, jnp.asarray(offsets))
+        counts = collections.Counter(
+            _world(jax.tree.map(lambda x, i=i: x[i], worlds), player) for i in range(len(offsets))
+        )
+        sampled = {w: fractions.Fraction(c, len(offsets)) for w, c in counts.items()}
+        assert sampled == _chance_posterior(rules, actions, states)
+        checked += 1
+        known += bool(np.asarray(state.known_cards[1 - player]).any())
+    assert checked >= 30 and known >= 1, (checked, known)
+
+
+def test_determinize_keeps_what_the_mover_sees():
+    """Random draws (`determinize`) on the smoke variant: the mover's observation and legal
+    actions are unchanged, the deck stays a permutation, and worlds differ."""
+    draw = jax.jit(jax.vmap(determinize.determinize, in_axes=(None, None, 0)), static_argnums=0)
+    for _, _, states in _random_histories(RULES, deals=3, depths=(0, 7, 14)):
+        state = states[-1]
+        player = int(state.current_player)
+        words = jax.random.bits(jax.random.key(len(states)), (64, RULES.n_cards), jnp.uint32)
+        worlds = draw(RULES, state, words)
+        obs = jax.vmap(engine.observe, in_axes=(None, 0, None))(RULES, worlds, player)
+        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(RULES, worlds)
+        np.testing.assert_array_equal(
+            obs, np.broadcast_to(engine.observe(RULES, state, player), obs.shape)
+        )
+        np.testing.assert_array_equal(mask[0], engine.legal_action_mask(RULES, state))
+        assert (np.asarray(mask) == np.asarray(mask[:1])).all()
+        decks = np.asarray(worlds.deck)
+        assert (np.sort(decks, axis=1) == np.arange(RULES.n_cards)).all()
+        assert len({tuple(d) for d in decks}) > 1
+
+
+@pytest.mark.parametrize("rollout", search.ROLLOUT_MODES)
+def test_candidates_share_worlds_and_random_numbers(rollout):
+    """Common random numbers: a candidate listed twice gets the same margins in every
+    world, bit for bit, while worlds and candidates differ."""
+    options = search.SearchOptions(determinizations=8, candidates=3, rollout=rollout)
+    blueprint = search.network_blueprint(RULES, SPEC, "average_strategy", _params(0))
+    margins = jax.jit(
+        lambda s, a: search.rollout_margins(RULES, options, blueprint, s, a, SEED, 5, 3)
+    )
+    varied = False
+    for _, _, states in _random_histories(RULES, deals=4, depths=(2, 6)):
+        state = states[-1]
+        legal = np.flatnonzero(np.asarray(engine.legal_action_mask(RULES, state)))
+        a, b = int(legal[0]), int(legal[-1])
+        m = np.asarray(margins(state, jnp.array([a, a, b], jnp.int32)))
+        np.testing.assert_array_equal(m[0], m[1])
+        varied |= np.ptp(m[0]) > 0 and (m[0] != m[2]).any()
+    assert varied, "the worlds and the candidates should change some margins"
+
+
+def test_search_with_one_candidate_plays_the_blueprint():
+    """k = 1 tries only the blueprint's most probable action: a search over a bot makes
+    the bot's moves, and in the evaluation loop a search over a view plays the greedy
+    view's games, record for record."""
+    one = search.SearchOptions(determinizations=2, candidates=1)
+    bot = search.bot_blueprint(RULES, "safe_heuristic")
+
+    @jax.jit
+    def both(state):
+        mask = engine.legal_action_mask(RULES, state)
+        found = search.search(RULES, one, bot, state, mask, SEED, 1, 2)
+        return found.action, jax_bots.bot_action(RULES, "safe_heuristic", state, 0, 0, 0, 0)
+
+    for _, _, states in _random_histories(RULES, deals=4, depths=(0, 3, 8, 13)):
+        searched, played = both(states[-1])
+        assert int(searched) == int(played)
+    # Dyadic weights: the search's one-row forward and the view's batched one agree bit
+    # for bit, so a near-tie cannot part them.
+    params = dyadic_params(jax.random.PRNGKey(3), spec=SPEC)
+    records = [
+        lc_eval.play(
+            RULES, SPEC, agent, "safe_heuristic", params, games=EVAL_GAMES, seed=SEED, lanes=8
+        ).records
+        for agent in (
+            lc_eval.network_agent("average_strategy", draws="playable"),
+            lc_eval.network_agent("average_strategy", draws="playable", search=one),
+        )
+    ]
+    for name in lc_eval.GameRecords._fields:
+        np.testing.assert_array_equal(getattr(records[0], name), getattr(records[1], name))
+
+
+def test_search_beats_its_blueprint_and_compiles_once():
+    """Search over `random` beats `random` (which is even against itself, mirrored) by a
+    clear margin; a second evaluation with other settings of the same shape reuses the
+    compiled program."""
+    options = search.SearchOptions(determinizations=8, candidates=0, prior_weight=0.0)
+    agent = lc_eval.bot_agent("random", search=options)
+    result = lc_eval.play(RULES, None, agent, "random", None, games=GAMES, seed=SEED, lanes=LANES)
+    margins = result.records.margin.astype(float).ravel()
+    stderr = margins.std(ddof=1) / np.sqrt(margins.size)
+    assert margins.mean() > 3 * stderr and margins.mean() > 10, (margins.mean(), stderr)
+    traces = lc_eval.trace_count()
+    again = lc_eval.play(
+        RULES, None, agent, "random", None, games=GAMES, seed=SEED + 1, lanes=LANES
+    )
+    assert lc_eval.trace_count() == traces and again.compile_seconds == 0.0
+
+
+@pytest.mark.parametrize(
+    "change, flag",
+    [
+        ({"determinizations": 0}, "--search_determinizations"),
+        ({"candidates": RULES.num_actions + 1}, "--search_candidates"),
+        ({"candidates": -1}, "--search_candidates"),
+        ({"prior_weight": -1.0}, "--search_prior_weight"),
+        ({"rollout": "wide"}, "--search_rollout"),
+    ],
+)
+def test_bad_options_name_the_flag(change, flag):
+    options = search.SearchOptions()._replace(**change)
+    with pytest.raises(ValueError, match=flag):
+        search.check_options(options, RULES)
+    with pytest.raises(ValueError, match=flag):
+        lc_eval.play(
+            RULES, None, lc_eval.bot_agent("random", search=options), "random", None, games=2
+        )
+
+
+RULES_FLAG = "n_colors=2,n_ranks=5,n_wagers=1,hand_size=3,bonus_threshold=5,max_turns=30"
+
+
+@pytest.mark.parametrize(
+    "change, flag",
+    [
+        ({"search_options": search.SearchOptions(determinizations=0)}, "--search_determinizations"),
+        ({"search_options": search.SearchOptions(candidates=99)}, "--search_candidates"),
+        ({"search_blueprint": "sd_cfr", "agent": None, "workdir": "RUN"}, "--search_blueprint"),
+        ({"opponents": "random,openspiel_ismcts"}, "--views search"),
+    ],
+)
+def test_cli_refuses_bad_search_flags(change, flag):
+    from absl import app
+
+    from lc_cfr import evaluate
+
+    request = {"agent": "random", "views": "search", "rules": RULES_FLAG, **change}
+    with pytest.raises(app.UsageError, match=flag):
+        evaluate.parse_request(**request)
