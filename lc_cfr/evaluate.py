@@ -30,7 +30,8 @@ The view `search` is search at play time (`lc_cfr.search`, docs/search.md): at e
 decisions the agent plays the candidates of a blueprint in D determinizations and keeps
 the best by mean final margin and prior. Its blueprint is a view of the run
 (--search_blueprint) or, with --agent, that bot (search over a bot: what search alone is
-worth); it plays lc_cfr's bots in lockstep, on the same deals as every other view.
+worth); it plays lc_cfr's bots in lockstep and OpenSpiel's one game at a time, on the
+same deals as every other view.
 
 OpenSpiel's search bots (`lc_cfr.spiel.bots`, needs the `openspiel` extra) may be named in
 --opponents and --agent: `openspiel_ismcts` (information-set MCTS, a fair opponent) and
@@ -55,7 +56,6 @@ from absl import app, flags
 from lc_cfr import compile_cache
 from lc_cfr import search as search_lib
 from lc_cfr.bots import BOT_NAMES
-from lc_cfr.eval import api as eval_api
 from lc_cfr.eval import games as eval_games
 from lc_cfr.eval import sequential
 from lc_cfr.eval.api import POLICY_VIEWS, SD_CFR, SEARCH, parse_names
@@ -203,11 +203,10 @@ def parse_request(
                 f"--search_blueprint must be one of {list(search_lib.BLUEPRINT_VIEWS)} "
                 f"(a view of the run), got {search_blueprint!r}"
             )
-        searched = agent or ""
-        if sequential.is_sequential(spiel_bots, searched, *opponent_names):
+        if agent is not None and sequential.is_sequential(spiel_bots, agent):
             raise app.UsageError(
-                "--views search plays lc_cfr's bots in lockstep: drop the OpenSpiel names "
-                "from --opponents and --agent"
+                f"--views search over --agent={agent}: a search stands on a network view or "
+                "one of lc_cfr's bots, not on an OpenSpiel bot"
             )
         rules_for_check = _parse_rules(rules) if agent is not None else Rules()
         try:
@@ -275,7 +274,8 @@ def run_request(request: Request) -> dict:
         )
         if SEARCH in request.views:
             metrics.update(
-                eval_api.evaluate_search(
+                sequential.evaluate_search(
+                    spiel_bots,
                     request.rules,
                     None,
                     request.agent,
@@ -285,6 +285,7 @@ def run_request(request: Request) -> dict:
                     games=request.games,
                     seed=request.seed,
                     lanes=request.lanes,
+                    simulations=request.openspiel_simulations,
                 )
             )
             document["search"] = _search_document(request.agent, request.search)
@@ -343,7 +344,8 @@ def run_request(request: Request) -> dict:
             )
         if SEARCH in request.views:
             metrics.update(
-                eval_api.evaluate_search(
+                sequential.evaluate_search(
+                    spiel_bots,
                     networks.rules,
                     networks.spec,
                     request.search_blueprint,
@@ -354,6 +356,7 @@ def run_request(request: Request) -> dict:
                     seed=request.seed,
                     fallback=fallback,
                     lanes=request.lanes,
+                    simulations=request.openspiel_simulations,
                     draws=draws,
                 )
             )

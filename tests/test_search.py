@@ -203,21 +203,45 @@ def test_search_with_one_candidate_plays_the_blueprint():
         np.testing.assert_array_equal(getattr(records[0], name), getattr(records[1], name))
 
 
-def test_search_beats_its_blueprint_and_compiles_once():
+# Search over `random` (every legal move a candidate, no prior): the lockstep games are
+# played once per module and checked twice below.
+RANDOM_SEARCH = search.SearchOptions(determinizations=8, candidates=0, prior_weight=0.0)
+
+
+@pytest.fixture(scope="module")
+def random_search():
+    agent = lc_eval.bot_agent("random", search=RANDOM_SEARCH)
+    return lc_eval.play(RULES, None, agent, "random", None, games=GAMES, seed=SEED, lanes=LANES)
+
+
+def test_search_beats_its_blueprint_and_compiles_once(random_search):
     """Search over `random` beats `random` (which is even against itself, mirrored) by a
-    clear margin; a second evaluation with other settings of the same shape reuses the
-    compiled program."""
-    options = search.SearchOptions(determinizations=8, candidates=0, prior_weight=0.0)
-    agent = lc_eval.bot_agent("random", search=options)
-    result = lc_eval.play(RULES, None, agent, "random", None, games=GAMES, seed=SEED, lanes=LANES)
-    margins = result.records.margin.astype(float).ravel()
+    clear margin; a second evaluation with another seed reuses the compiled program."""
+    margins = random_search.records.margin.astype(float).ravel()
     stderr = margins.std(ddof=1) / np.sqrt(margins.size)
     assert margins.mean() > 3 * stderr and margins.mean() > 10, (margins.mean(), stderr)
     traces = lc_eval.trace_count()
+    agent = lc_eval.bot_agent("random", search=RANDOM_SEARCH)
     again = lc_eval.play(
         RULES, None, agent, "random", None, games=GAMES, seed=SEED + 1, lanes=LANES
     )
     assert lc_eval.trace_count() == traces and again.compile_seconds == 0.0
+
+
+def test_openspiel_search_player_plays_the_lockstep_games(random_search):
+    """The OpenSpiel loop's SearchPlayer (one search a decision, on a copy of the Cython
+    engine's state, whose unseen deck lies in another order) plays the lockstep search's
+    games, record for record."""
+    pytest.importorskip("pyspiel")
+    from lc_cfr.spiel import bots as spiel_bots
+
+    player = spiel_bots.SearchPlayer(RULES, RANDOM_SEARCH, blueprint="random", seed=SEED)
+    opponent = spiel_bots.LcBot("random", SEED)
+    result = spiel_bots.play_mirrored(RULES, player, opponent, deals=GAMES // 2, seed=SEED)
+    for name in lc_eval.GameRecords._fields:
+        np.testing.assert_array_equal(
+            np.asarray(result.records[name]), getattr(random_search.records, name), err_msg=name
+        )
 
 
 @pytest.mark.parametrize(
@@ -249,7 +273,7 @@ RULES_FLAG = "n_colors=2,n_ranks=5,n_wagers=1,hand_size=3,bonus_threshold=5,max_
         ({"search_options": search.SearchOptions(determinizations=0)}, "--search_determinizations"),
         ({"search_options": search.SearchOptions(candidates=99)}, "--search_candidates"),
         ({"search_blueprint": "sd_cfr", "agent": None, "workdir": "RUN"}, "--search_blueprint"),
-        ({"opponents": "random,openspiel_ismcts"}, "--views search"),
+        ({"agent": "openspiel_ismcts"}, "not on an OpenSpiel bot"),
     ],
 )
 def test_cli_refuses_bad_search_flags(change, flag):

@@ -40,6 +40,11 @@ class SequentialLoop(Protocol):
         """A player of a policy view (`average_strategy` or `current`) of networks, its
         pile draws restricted by `draws` (lc_cfr.traversal.policy.DRAWS)."""
 
+    def SearchPlayer(  # the class of lc_cfr.spiel.bots
+        self, rules: Rules, options, *, blueprint, spec, params, fallback, seed, draws
+    ) -> Any:
+        """A player that searches over a policy view or an lc_cfr bot (`lc_cfr.search`)."""
+
     def play_mirrored(self, rules: Rules, agent, opponent, *, deals, seed: int) -> Any:
         """Every deal twice, seats swapped; `.records` {GameRecords field: [2, D] array}."""
 
@@ -207,6 +212,67 @@ def evaluate_bots(
                 rules,
                 [(player, games // 2)],
                 agent,
+                opponent,
+                seed=seed,
+                simulations=simulations,
+            )
+        )
+    return metrics
+
+
+def evaluate_search(
+    loop: SequentialLoop,
+    rules: Rules,
+    spec: mlp.NetworkSpec | None,
+    blueprint: str,
+    params,
+    options,
+    *,
+    opponents: Sequence[str],
+    games: int,
+    seed: int = 0,
+    fallback: str = "argmax_tiebreak",
+    lanes: int | None = None,
+    simulations: int,
+    draws: str = "any",
+) -> dict[str, float]:
+    """`api.evaluate_search` against opponents that may include the loop's bots: lc_cfr's
+    bots in lockstep, the loop's one game at a time by the loop's search player."""
+    lockstep = [o for o in opponents if not is_sequential(loop, o)]
+    metrics: dict[str, float] = {}
+    if lockstep:
+        metrics = api.evaluate_search(
+            rules,
+            spec,
+            blueprint,
+            params,
+            options,
+            opponents=lockstep,
+            games=games,
+            seed=seed,
+            fallback=fallback,
+            lanes=lanes,
+            draws=draws,
+        )
+    for opponent in opponents:
+        if opponent in lockstep:
+            continue
+        player = loop.SearchPlayer(
+            rules,
+            options,
+            blueprint=blueprint,
+            spec=spec,
+            params=params,
+            fallback=fallback,
+            seed=seed,
+            draws=draws,
+        )
+        metrics.update(
+            play_blocks(
+                loop,
+                rules,
+                [(player, games // 2)],
+                api.SEARCH,
                 opponent,
                 seed=seed,
                 simulations=simulations,

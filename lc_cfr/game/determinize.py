@@ -60,8 +60,9 @@ def shuffle_hidden(rules: Rules, state: engine.State, offsets: jax.Array) -> eng
         swap of the i-th hidden position with the (i + offset)-th. Those past m are unused.
 
     Returns:
-      The state with the deck's hidden positions permuted and the opponent's hand rebuilt
-      (sorted, padded with N) from its positions; everything else unchanged.
+      The state whose hidden positions hold the hidden cards, taken in ascending order and
+      permuted by the offsets, with the opponent's hand rebuilt (sorted, padded with N)
+      from its positions; everything else unchanged.
     """
     n = rules.n_cards
     opponent = 1 - state.current_player
@@ -74,7 +75,15 @@ def shuffle_hidden(rules: Rules, state: engine.State, offsets: jax.Array) -> eng
 
     order = jax.lax.fori_loop(0, n, swap, jnp.arange(n, dtype=jnp.int32))
     deck = state.deck.astype(jnp.int32)
-    deck = deck.at[slots].set(deck[slots[order]])
+    # The shuffle permutes the hidden cards in ascending order, not in the order they
+    # happen to lie in: a world then depends on what the mover saw and the offsets only,
+    # so every engine that holds the same information state (the OpenSpiel game keeps its
+    # unseen deck in another order) imagines the same worlds.
+    held = deck[slots]  # [N] the hidden cards first
+    first = jnp.arange(n) < count
+    ascending = jnp.sort(jnp.where(first, held, n))
+    held = jnp.where(first, ascending, held)
+    deck = deck.at[slots].set(held[order])
 
     # The opponent's unseen cards were at deck positions below deck_pos: the hidden ones
     # there now hold its new cards; the known ones stay in its hand.

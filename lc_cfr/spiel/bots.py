@@ -428,6 +428,81 @@ class NetworkPlayer(Player):
         return int(self._choose(params, obs, mask, np.uint32(bits)))
 
 
+def jax_state(engine) -> jax_engine.State:
+    """The JAX engine's state of a Cython engine (`state_dict`, the same fields)."""
+    fields = engine.state_dict()
+    return jax_engine.State(
+        **{name: jnp.asarray(value) for name, value in fields.items()},
+        illegal_player=jnp.int32(-1),
+    )
+
+
+@functools.cache
+def _searcher(rules: Rules, options, spec, blueprint: str, fallback: str, draws: str):
+    """The jitted search of one state: (params, state, seed, game, decision) -> action."""
+    from lc_cfr import search
+
+    def choose(params, state, seed, game, decision):
+        mask = jax_engine.legal_action_mask(rules, state)
+        if blueprint in search.BLUEPRINT_VIEWS:
+            mask = pol.restrict_draws(rules, state, mask, draws)
+            policy = search.network_blueprint(
+                rules, spec, blueprint, params, fallback=fallback, draws=draws
+            )
+        else:
+            policy = search.bot_blueprint(rules, blueprint)
+        return search.search(rules, options, policy, state, mask, seed, game, decision).action
+
+    return jax.jit(choose)
+
+
+class SearchPlayer(Player):
+    """Search at play time (`lc_cfr.search`, docs/search.md) over a network view
+    (`average_strategy`, `current`: `spec` and `params` as for NetworkPlayer) or one of
+    lc_cfr's bots (`blueprint` its name).
+
+    Each decision copies the state's engine into the JAX engine (the search redraws what
+    the player cannot see, from the hidden cards in ascending order, so the OpenSpiel
+    game's own unseen order plays no part) and runs one jitted search keyed by (seed,
+    game_id, decision), the counters of `lc_cfr.eval.games`: it makes the choices of the
+    lockstep evaluation's search (tests/test_search.py holds the two equal).
+    """
+
+    def __init__(
+        self,
+        rules: Rules,
+        options,
+        *,
+        blueprint: str,
+        spec: mlp.NetworkSpec | None = None,
+        params=None,
+        fallback: str = "argmax_tiebreak",
+        seed: int = 0,
+        draws: str = "any",
+        name: str = "search",
+    ):
+        from lc_cfr import search
+
+        search.check_options(options, rules)
+        if blueprint in search.BLUEPRINT_VIEWS:
+            if spec is None or params is None:
+                raise ValueError(f"a search over the {blueprint} view needs its spec and params")
+            if blueprint == "current":
+                params = tuple(params)
+        elif blueprint not in BOT_NAMES:
+            raise ValueError(
+                f"blueprint must be one of {list(search.BLUEPRINT_VIEWS) + list(BOT_NAMES)}, "
+                f"got {blueprint!r}"
+            )
+        self.name, self._params = name, params
+        self._seed = np.uint32(rng.as_word(seed))
+        self._choose = _searcher(rules, options, spec, blueprint, fallback, pol.check_draws(draws))
+
+    def action(self, state, *, deal, game_id, decision):
+        x = jax_state(state.engine)
+        return int(self._choose(self._params, x, self._seed, np.int32(game_id), np.int32(decision)))
+
+
 # ----- the mirrored loop -----------------------------------------------------------
 
 
