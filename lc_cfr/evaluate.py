@@ -31,7 +31,9 @@ decisions the agent plays the candidates of a blueprint in D determinizations an
 the best by mean final margin and prior. Its blueprint is a view of the run
 (--search_blueprint) or, with --agent, that bot (search over a bot: what search alone is
 worth); it plays lc_cfr's bots in lockstep and OpenSpiel's one game at a time, on the
-same deals as every other view.
+same deals as every other view. With --workdir, --opponents may also name the run's views
+`average_strategy` and `current`: head to head, e.g. search against its own blueprint
+(`--views=search --opponents=average_strategy`), played in --mode.
 
 OpenSpiel's search bots (`lc_cfr.spiel.bots`, needs the `openspiel` extra) may be named in
 --opponents and --agent: `openspiel_ismcts` (information-set MCTS, a fair opponent) and
@@ -76,7 +78,8 @@ _OPPONENTS = flags.DEFINE_string(
     "opponents",
     ALL_OPPONENTS,
     "Comma-separated bot names: lc_cfr's, or OpenSpiel's openspiel_ismcts and openspiel_mcts "
-    "(openspiel_mcts sees the opponent's hand: a cheating upper-bound baseline).",
+    "(openspiel_mcts sees the opponent's hand: a cheating upper-bound baseline); with "
+    "--workdir also the run's views average_strategy and current (head to head).",
 )
 _GAMES = flags.DEFINE_integer("games", 200, "Games per opponent (even: each deal twice).")
 _VIEWS = flags.DEFINE_string(
@@ -181,8 +184,10 @@ def parse_request(
     try:
         if agent is not None:
             spiel_bots.check_player_name(agent, "--agent")
+        # head to head: with a run, its own views may be opponents
+        rivals = eval_games.VIEWS if workdir is not None else ()
         opponent_names = tuple(
-            spiel_bots.check_player_name(n, "--opponents")
+            n if n in rivals else spiel_bots.check_player_name(n, "--opponents")
             for n in parse_names(opponents, "--opponents")
         )
         eval_games.check_games(games, lanes, games_field="--games", lanes_field="--lanes")
@@ -196,6 +201,8 @@ def parse_request(
             raise app.UsageError(
                 f"--views must be among {list(POLICY_VIEWS + (SEARCH,))}, got {view!r}"
             )
+    if SD_CFR in view_names and set(opponent_names) & set(eval_games.VIEWS):
+        raise app.UsageError("--views sd_cfr plays bots only: not head to head (--opponents)")
     search_options = search_options or search_lib.SearchOptions()
     if SEARCH in view_names and (agent is not None or workdir is not None):
         if agent is None and search_blueprint not in search_lib.BLUEPRINT_VIEWS:
@@ -325,6 +332,14 @@ def run_request(request: Request) -> dict:
                     f"--search_blueprint {request.search_blueprint}: the run "
                     f"{request.workdir} has no such view"
                 )
+        rivals = {
+            name: (
+                eval_games.network_agent(name, request.mode, fallback, draws),
+                available[name],
+            )
+            for name in request.opponents
+            if name in eval_games.VIEWS
+        }
         plain = [view for view in request.views if view != SEARCH]
         metrics = {}
         if plain:
@@ -341,6 +356,7 @@ def run_request(request: Request) -> dict:
                 lanes=request.lanes,
                 simulations=request.openspiel_simulations,
                 draws=draws,
+                rivals=rivals,
             )
         if SEARCH in request.views:
             metrics.update(
@@ -358,6 +374,7 @@ def run_request(request: Request) -> dict:
                     lanes=request.lanes,
                     simulations=request.openspiel_simulations,
                     draws=draws,
+                    rivals=rivals,
                 )
             )
             document["search"] = _search_document(request.search_blueprint, request.search)

@@ -120,8 +120,11 @@ def options_from_flags(holders: dict) -> SearchOptions:
 
 
 def width(options: SearchOptions, rules: Rules) -> int:
-    """K, the candidate slots of a search (k, or the action count for k = 0)."""
-    return options.candidates or rules.num_actions
+    """K, the candidate slots of a search: k, or for k = 0 the most legal actions any
+    decision has (a card decision plays or discards each hand card; a draw decision takes
+    the deck or a pile), which is fewer than the action count."""
+    most = max(2 * rules.hand_size, 1 + rules.n_colors)
+    return min(options.candidates or most, most)
 
 
 # ----- blueprints --------------------------------------------------------------------

@@ -174,7 +174,7 @@ def test_candidates_share_worlds_and_random_numbers(rollout):
 def test_search_with_one_candidate_plays_the_blueprint():
     """k = 1 tries only the blueprint's most probable action: a search over a bot makes
     the bot's moves, and in the evaluation loop a search over a view plays the greedy
-    view's games, record for record."""
+    view's games, record for record (head to head against that view)."""
     one = search.SearchOptions(determinizations=2, candidates=1)
     bot = search.bot_blueprint(RULES, "safe_heuristic")
 
@@ -187,20 +187,29 @@ def test_search_with_one_candidate_plays_the_blueprint():
     for _, _, states in _random_histories(RULES, deals=4, depths=(0, 3, 8, 13)):
         searched, played = both(states[-1])
         assert int(searched) == int(played)
-    # Dyadic weights: the search's one-row forward and the view's batched one agree bit
-    # for bit, so a near-tie cannot part them.
+    # Head to head against the greedy view itself. Dyadic weights: the search's one-row
+    # forward and the view's batched ones agree bit for bit, so a near-tie cannot part them.
     params = dyadic_params(jax.random.PRNGKey(3), spec=SPEC)
+    view = lc_eval.network_agent("average_strategy", draws="playable")
     records = [
         lc_eval.play(
-            RULES, SPEC, agent, "safe_heuristic", params, games=EVAL_GAMES, seed=SEED, lanes=8
+            RULES,
+            SPEC,
+            agent,
+            view,
+            params,
+            opponent_params=params,
+            games=EVAL_GAMES,
+            seed=SEED,
+            lanes=8,
         ).records
-        for agent in (
-            lc_eval.network_agent("average_strategy", draws="playable"),
-            lc_eval.network_agent("average_strategy", draws="playable", search=one),
-        )
+        for agent in (view, lc_eval.network_agent("average_strategy", draws="playable", search=one))
     ]
     for name in lc_eval.GameRecords._fields:
         np.testing.assert_array_equal(getattr(records[0], name), getattr(records[1], name))
+    # the view against itself, mirrored: every deal's two games are the same game
+    np.testing.assert_array_equal(records[0].margin[0], -records[0].margin[1])
+    assert records[0].decisions.min() > 4
 
 
 # Search over `random` (every legal move a candidate, no prior): the lockstep games are
@@ -274,6 +283,7 @@ RULES_FLAG = "n_colors=2,n_ranks=5,n_wagers=1,hand_size=3,bonus_threshold=5,max_
         ({"search_options": search.SearchOptions(candidates=99)}, "--search_candidates"),
         ({"search_blueprint": "sd_cfr", "agent": None, "workdir": "RUN"}, "--search_blueprint"),
         ({"agent": "openspiel_ismcts"}, "not on an OpenSpiel bot"),
+        ({"opponents": "average_strategy"}, "--opponents"),  # head to head needs a run
     ],
 )
 def test_cli_refuses_bad_search_flags(change, flag):

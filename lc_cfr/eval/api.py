@@ -147,10 +147,28 @@ def parse_names(
     return names
 
 
-def _check_opponents(opponents: Sequence[str], field: str) -> tuple[str, ...]:
+# Head to head: opponents that are agents, by the name their metrics carry ->
+# (the Agent, its parameters).
+Rivals = Mapping[str, tuple[eval_games.Agent, Any]]
+
+
+def _check_opponents(
+    opponents: Sequence[str], field: str, rivals: Rivals | None = None
+) -> tuple[str, ...]:
     if isinstance(opponents, str) or not opponents:
         raise ValueError(f"{field} must be a non-empty sequence of bot names, got {opponents!r}")
-    return tuple(check_bot_name(name, field) for name in opponents)
+    rivals = rivals or {}
+    return tuple(name if name in rivals else check_bot_name(name, field) for name in opponents)
+
+
+def _play_against(rules, spec, agent, opponent: str, params, rivals: Rivals | None, **kwargs):
+    """`games.play` against a bot, or head to head against the rival of that name."""
+    if rivals and opponent in rivals:
+        rival, rival_params = rivals[opponent]
+        return eval_games.play(
+            rules, spec, agent, rival, params, opponent_params=rival_params, **kwargs
+        )
+    return eval_games.play(rules, spec, agent, opponent, params, **kwargs)
 
 
 def _timed_metrics(result: eval_games.PlayResult, seconds: float) -> dict[str, float]:
@@ -179,6 +197,7 @@ def evaluate(
     lanes: int | None = None,
     devices: int | None = None,
     draws: str = "any",
+    rivals: Rivals | None = None,
 ) -> dict[str, float]:
     """Evaluates policy views against bots; every deal is played twice, seats swapped.
 
@@ -199,6 +218,8 @@ def evaluate(
       devices: devices the deals are split over (`games.play`; default: every device of
         every process, each of which must then make the same call).
       draws: the pile draws the views may take (`games.DRAWS`, `games.Agent`).
+      rivals: head to head: opponents that are agents (`Rivals`), named in `opponents`
+        by their keys (not with the sd_cfr view).
 
     Returns:
       {`eval/<view>/<opponent>/<metric>`: float} for the metrics of `lc_cfr.eval.metrics`.
@@ -219,7 +240,9 @@ def evaluate(
     missing = sorted(set(params_views) - set(view_modes))
     if missing:
         raise ValueError(f"view_modes has no mode for view(s) {missing}")
-    opponents = _check_opponents(opponents, "opponents")
+    opponents = _check_opponents(opponents, "opponents", rivals)
+    if rivals and SD_CFR in params_views and set(opponents) & set(rivals):
+        raise ValueError("the sd_cfr view plays bots only, not head to head")
     eval_games.check_games(games, lanes)
     agents = {
         view: eval_games.network_agent(
@@ -231,18 +254,31 @@ def evaluate(
     for view, params in params_views.items():
         for opponent in opponents:
             start = time.perf_counter()
-            play = _play_snapshots if view == SD_CFR else eval_games.play
-            result = play(
-                rules,
-                spec,
-                agents[view],
-                opponent,
-                params,
-                games=games,
-                seed=seed,
-                lanes=lanes,
-                devices=devices,
-            )
+            if view == SD_CFR:
+                result = _play_snapshots(
+                    rules,
+                    spec,
+                    agents[view],
+                    opponent,
+                    params,
+                    games=games,
+                    seed=seed,
+                    lanes=lanes,
+                    devices=devices,
+                )
+            else:
+                result = _play_against(
+                    rules,
+                    spec,
+                    agents[view],
+                    opponent,
+                    params,
+                    rivals,
+                    games=games,
+                    seed=seed,
+                    lanes=lanes,
+                    devices=devices,
+                )
             metrics = _timed_metrics(result, time.perf_counter() - start)
             out.update({metric_key(view, opponent, k): v for k, v in metrics.items()})
     return out
@@ -288,6 +324,7 @@ def evaluate_search(
     lanes: int | None = None,
     devices: int | None = None,
     draws: str = "any",
+    rivals: Rivals | None = None,
 ) -> dict[str, float]:
     """Evaluates search at play time (`lc_cfr.search`) over a blueprint against bots:
     `eval/search/<opponent>/<metric>`, on the deals and seats of every other view.
@@ -296,10 +333,10 @@ def evaluate_search(
       blueprint: a network view (`search.BLUEPRINT_VIEWS`, `params` its parameters as in
         `evaluate`) or a bot name (`spec` and `params` None).
       options: the search's `SearchOptions` (checked here; errors name the --search_ flag).
-      The rest as in `evaluate`.
+      The rest as in `evaluate` (`rivals`: head to head, e.g. the blueprint itself).
     """
     search_lib.check_options(options, rules)
-    opponents = _check_opponents(opponents, "opponents")
+    opponents = _check_opponents(opponents, "opponents", rivals)
     eval_games.check_games(games, lanes)
     if blueprint in search_lib.BLUEPRINT_VIEWS:
         if not mlp.all_finite(params):
@@ -315,16 +352,17 @@ def evaluate_search(
         )
     else:
         agent = eval_games.bot_agent(blueprint, "--search_blueprint", search=options)
-        spec, params = None, None
+        params = None  # a bot; `spec` stays for a rival network
     out: dict[str, float] = {}
     for opponent in opponents:
         start = time.perf_counter()
-        result = eval_games.play(
+        result = _play_against(
             rules,
             spec,
             agent,
             opponent,
             params,
+            rivals,
             games=games,
             seed=seed,
             lanes=lanes,

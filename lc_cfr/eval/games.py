@@ -217,6 +217,16 @@ def _network_actions(rules, spec, agent: Agent, params, player, states, seed, id
     return jax.vmap(pol.sample_action)(probs, mask, bits)
 
 
+def _seat_actions(rules, spec, agent: Agent, params, player, states, seed, deals, ids, decisions):
+    """The actions [H] of `agent` (a view, a bot or a search) moving as `player` in states
+    [H]: a bot keys its noise by the deal, a network view and a search by the game id."""
+    if agent.search is not None:
+        return _search_actions(rules, spec, agent, params, states, seed, ids, decisions)
+    if agent.kind == "bot":
+        return _bot_actions(rules, agent.bot, states, seed, deals, decisions)
+    return _network_actions(rules, spec, agent, params, player, states, seed, ids, decisions)
+
+
 def _search_actions(rules, spec, agent: Agent, params, states, seed, ids, decisions):
     """The searching agent's actions [H] in states [H] (one search per lane)."""
     mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
@@ -267,6 +277,7 @@ def _record(rules: Rules, records: dict, seat: int, states, deal, done, decision
 def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal):
     global _TRACES
     _TRACES += 1
+    agent_params, opponent_params = params
     h = rules.hand_size
     # lanes count deals 0..D-1 of this call; the deal they play is first_deal + that
     decks = jax.vmap(engine.deal_order, in_axes=(None, None, 0, None))(
@@ -329,23 +340,35 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
         """
         p = (lanes.step // 2) % 2
         mine, theirs = row(lanes.states, 0), row(lanes.states, 1)
-        if agent.search is not None:
-            ids = 2 * (first_deal + lanes.deal[0]) + p
-            mine_actions = _search_actions(
-                rules, spec, agent, params, mine, seed, ids, lanes.decision[0]
-            )
-        elif agent.kind == "bot":
-            mine_actions = _bot_actions(
-                rules, agent.bot, mine, seed, first_deal + lanes.deal[0], lanes.decision[0]
+        deals = first_deal + lanes.deal
+        # game ids 2g + s, s the agent's seat: p in row 0, 1 - p in row 1
+        mine_actions = _seat_actions(
+            rules,
+            spec,
+            agent,
+            agent_params,
+            p,
+            mine,
+            seed,
+            deals[0],
+            2 * deals[0] + p,
+            lanes.decision[0],
+        )
+        if isinstance(opponent, Agent):
+            their_actions = _seat_actions(
+                rules,
+                spec,
+                opponent,
+                opponent_params,
+                p,
+                theirs,
+                seed,
+                deals[1],
+                2 * deals[1] + 1 - p,
+                lanes.decision[1],
             )
         else:
-            ids = 2 * (first_deal + lanes.deal[0]) + p
-            mine_actions = _network_actions(
-                rules, spec, agent, params, p, mine, seed, ids, lanes.decision[0]
-            )
-        their_actions = _bot_actions(
-            rules, opponent, theirs, seed, first_deal + lanes.deal[1], lanes.decision[1]
-        )
+            their_actions = _bot_actions(rules, opponent, theirs, seed, deals[1], lanes.decision[1])
         kind = jnp.where(
             mine_actions < h,
             PLAY,
@@ -494,11 +517,26 @@ def check_games(games, lanes=None, *, games_field="games", lanes_field="lanes") 
     return deals, min(int(lanes) // 2, deals)
 
 
+def _checked_params(rules: Rules, spec, agent: Agent, params):
+    """The parameters `agent` plays with, checked: () for a bot."""
+    if agent.search is not None:
+        search_lib.check_options(agent.search, rules)
+    if agent.kind == "bot":
+        return ()
+    if spec is None:
+        raise ValueError("a network agent needs the network spec")
+    if agent.kind == "current":
+        if not isinstance(params, tuple | list) or len(params) != 2:
+            raise ValueError("the `current` view takes the pair of advantage networks' params")
+        return tuple(params)
+    return params
+
+
 def play(
     rules: Rules,
     spec: mlp.NetworkSpec | None,
     agent: Agent,
-    opponent: str,
+    opponent: str | Agent,
     params: Any,
     *,
     games: int,
@@ -506,14 +544,17 @@ def play(
     lanes: int | None = None,
     first_deal: int = 0,
     devices: int | None = None,
+    opponent_params: Any = None,
 ) -> PlayResult:
-    """Plays `games` mirrored games of `agent` against the bot `opponent`.
+    """Plays `games` mirrored games of `agent` against `opponent`, a bot or (head to head)
+    another agent.
 
     Args:
       rules: the game variant.
       spec: the network shape (None for a bot agent).
       agent: from `network_agent` or `bot_agent`.
-      opponent: a bot name.
+      opponent: a bot name, or an Agent (head to head: a view of the same network shape,
+        a bot or a search; `opponent_params` its parameters as `params` are the agent's).
       params: the agent's parameters: the strategy network's for `average_strategy`, the
         pair (player 0's, player 1's) advantage networks' for `current`, None for a bot.
       games: even number of games (games / 2 deals, each played in both seats).
@@ -528,18 +569,16 @@ def play(
     Returns:
       PlayResult with per-game records (numpy) and timings.
     """
-    check_bot_name(opponent, "opponent")
     deals, half = check_games(games, lanes)
-    if agent.search is not None:
-        search_lib.check_options(agent.search, rules)
-    if agent.kind != "bot" and spec is None:
-        raise ValueError("a network agent needs the network spec")
-    if agent.kind == "bot":
-        spec, params = None, ()
-    elif agent.kind == "current":
-        if not isinstance(params, tuple | list) or len(params) != 2:
-            raise ValueError("the `current` view takes the pair of advantage networks' params")
-        params = tuple(params)
+    params = _checked_params(rules, spec, agent, params)
+    if isinstance(opponent, Agent):
+        opponent_params = _checked_params(rules, spec, opponent, opponent_params)
+    else:
+        check_bot_name(opponent, "opponent")
+        opponent_params = ()
+    if agent.kind == "bot" and not (isinstance(opponent, Agent) and opponent.kind != "bot"):
+        spec = None  # no network plays: one compiled loop whatever the spec
+    params = (params, opponent_params)
     devices = sharding.device_count(devices)
     seed_word = jnp.asarray(rng.as_word(seed), jnp.uint32)
     if sharding.sharded(devices):

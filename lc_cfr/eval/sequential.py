@@ -141,10 +141,11 @@ def evaluate(
     lanes: int | None = None,
     simulations: int,
     draws: str = "any",
+    rivals: api.Rivals | None = None,
 ) -> dict[str, float]:
     """`api.evaluate` (one `mode` for every view) against opponents that may include the
-    loop's bots: the lc_cfr bots in lockstep, the loop's one game at a time; both apply
-    the views' `draws` restriction."""
+    loop's bots: the lc_cfr bots and the `rivals` (head to head) in lockstep, the loop's
+    one game at a time; both apply the views' `draws` restriction."""
     lockstep = [o for o in opponents if not is_sequential(loop, o)]
     metrics: dict[str, float] = {}
     if lockstep:
@@ -159,6 +160,7 @@ def evaluate(
             fallback=fallback,
             lanes=lanes,
             draws=draws,
+            rivals=rivals,
         )
     for opponent in opponents:
         if opponent in lockstep:
@@ -235,6 +237,7 @@ def evaluate_search(
     lanes: int | None = None,
     simulations: int,
     draws: str = "any",
+    rivals: api.Rivals | None = None,
 ) -> dict[str, float]:
     """`api.evaluate_search` against opponents that may include the loop's bots: lc_cfr's
     bots in lockstep, the loop's one game at a time by the loop's search player."""
@@ -253,6 +256,7 @@ def evaluate_search(
             fallback=fallback,
             lanes=lanes,
             draws=draws,
+            rivals=rivals,
         )
     for opponent in opponents:
         if opponent in lockstep:
