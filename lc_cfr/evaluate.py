@@ -102,7 +102,7 @@ _COMPUTE_DTYPE = flags.DEFINE_string(
 _SEARCH_BLUEPRINT = flags.DEFINE_string(
     "search_blueprint",
     "average_strategy",
-    "The view `search` stands on: average_strategy or current (with --agent: the bot).",
+    "The view `search` stands on: average_strategy, current or sd_cfr (with --agent: the bot).",
 )
 _SEARCH = search_lib.define_flags()
 _ARCHIVE = flags.DEFINE_boolean(
@@ -205,10 +205,15 @@ def parse_request(
         raise app.UsageError("--views sd_cfr plays bots only: not head to head (--opponents)")
     search_options = search_options or search_lib.SearchOptions()
     if SEARCH in view_names and (agent is not None or workdir is not None):
-        if agent is None and search_blueprint not in search_lib.BLUEPRINT_VIEWS:
+        blueprints = search_lib.BLUEPRINT_VIEWS + (SD_CFR,)
+        if agent is None and search_blueprint not in blueprints:
             raise app.UsageError(
-                f"--search_blueprint must be one of {list(search_lib.BLUEPRINT_VIEWS)} "
-                f"(a view of the run), got {search_blueprint!r}"
+                f"--search_blueprint must be one of {list(blueprints)} (a view of the run), "
+                f"got {search_blueprint!r}"
+            )
+        if search_blueprint == SD_CFR and set(opponent_names) & set(eval_games.VIEWS):
+            raise app.UsageError(
+                "--search_blueprint sd_cfr plays bots only: not head to head (--opponents)"
             )
         if agent is not None and sequential.is_sequential(spiel_bots, agent):
             raise app.UsageError(
@@ -330,7 +335,7 @@ def run_request(request: Request) -> dict:
             if request.search_blueprint not in available:
                 raise app.UsageError(
                     f"--search_blueprint {request.search_blueprint}: the run "
-                    f"{request.workdir} has no such view"
+                    f"{request.workdir} has no such view (sd_cfr: it keeps no snapshots)"
                 )
         rivals = {
             name: (

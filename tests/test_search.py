@@ -212,6 +212,22 @@ def test_search_with_one_candidate_plays_the_blueprint():
     assert records[0].decisions.min() > 4
 
 
+def test_search_over_sd_cfr_with_one_candidate_plays_its_snapshots():
+    """The sd_cfr blueprint: each block of deals searches over its snapshot's regret
+    matching; with one candidate the search plays the sd_cfr view's games."""
+    keys = jax.random.split(jax.random.PRNGKey(5), 4)
+    nets = [dyadic_params(k, spec=SPEC) for k in keys]
+    stack = lambda *trees: jax.tree.map(lambda *x: jnp.stack(x), *trees)  # noqa: E731
+    snapshots = lc_eval.Snapshots(advantage=(stack(*nets[:2]), stack(*nets[2:])), count=2)
+    common = {"opponents": ["safe_heuristic"], "games": EVAL_GAMES, "seed": SEED, "lanes": 8}
+    plain = lc_eval.evaluate(RULES, SPEC, {"sd_cfr": snapshots}, **common)
+    one = search.SearchOptions(determinizations=2, candidates=1)
+    searched = lc_eval.evaluate_search(RULES, SPEC, "sd_cfr", snapshots, one, **common)
+    for metric in lc_eval.METRICS:
+        key = f"safe_heuristic/{metric}"
+        assert searched[f"eval/search/{key}"] == plain[f"eval/sd_cfr/{key}"], metric
+
+
 # Search over `random` (every legal move a candidate, no prior): the lockstep games are
 # played once per module and checked twice below.
 RANDOM_SEARCH = search.SearchOptions(determinizations=8, candidates=0, prior_weight=0.0)

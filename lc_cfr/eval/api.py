@@ -330,8 +330,9 @@ def evaluate_search(
     `eval/search/<opponent>/<metric>`, on the deals and seats of every other view.
 
     Args:
-      blueprint: a network view (`search.BLUEPRINT_VIEWS`, `params` its parameters as in
-        `evaluate`) or a bot name (`spec` and `params` None).
+      blueprint: a network view (`search.BLUEPRINT_VIEWS` or `sd_cfr`, `params` its
+        parameters as in `evaluate`: for sd_cfr the `Snapshots`, each block of deals
+        searching over its snapshot's regret matching) or a bot name (`params` None).
       options: the search's `SearchOptions` (checked here; errors name the --search_ flag).
       The rest as in `evaluate` (`rivals`: head to head, e.g. the blueprint itself).
     """
@@ -346,28 +347,42 @@ def evaluate_search(
             )
         agent = eval_games.network_agent(blueprint, "greedy", fallback, draws, search=options)
     elif blueprint == SD_CFR:
-        raise ValueError(
-            f"--search_blueprint: search over {SD_CFR} is not supported; use one of "
-            f"{list(search_lib.BLUEPRINT_VIEWS)} or a bot name"
-        )
+        # SD-CFR's games each play one snapshot's regret matching: the search stands on
+        # that snapshot's `current` policy, block by block of the view's deals.
+        if rivals and set(opponents) & set(rivals):
+            raise ValueError("search over the sd_cfr view plays bots only, not head to head")
+        agent = eval_games.network_agent("current", "greedy", fallback, draws, search=options)
     else:
         agent = eval_games.bot_agent(blueprint, "--search_blueprint", search=options)
         params = None  # a bot; `spec` stays for a rival network
     out: dict[str, float] = {}
     for opponent in opponents:
         start = time.perf_counter()
-        result = _play_against(
-            rules,
-            spec,
-            agent,
-            opponent,
-            params,
-            rivals,
-            games=games,
-            seed=seed,
-            lanes=lanes,
-            devices=devices,
-        )
+        if blueprint == SD_CFR:
+            result = _play_snapshots(
+                rules,
+                spec,
+                agent,
+                opponent,
+                params,
+                games=games,
+                seed=seed,
+                lanes=lanes,
+                devices=devices,
+            )
+        else:
+            result = _play_against(
+                rules,
+                spec,
+                agent,
+                opponent,
+                params,
+                rivals,
+                games=games,
+                seed=seed,
+                lanes=lanes,
+                devices=devices,
+            )
         metrics = _timed_metrics(result, time.perf_counter() - start)
         out.update({metric_key(SEARCH, opponent, k): v for k, v in metrics.items()})
     return out

@@ -261,21 +261,31 @@ def evaluate_search(
     for opponent in opponents:
         if opponent in lockstep:
             continue
-        player = loop.SearchPlayer(
-            rules,
-            options,
-            blueprint=blueprint,
-            spec=spec,
-            params=params,
-            fallback=fallback,
-            seed=seed,
-            draws=draws,
-        )
+
+        def searcher(view, view_params):
+            return loop.SearchPlayer(
+                rules,
+                options,
+                blueprint=view,
+                spec=spec,
+                params=view_params,
+                fallback=fallback,
+                seed=seed,
+                draws=draws,
+            )
+
+        if blueprint == api.SD_CFR:  # each block searches over its snapshot's policy
+            blocks = [
+                (searcher("current", block.params), block.deal_range)
+                for block in api.sd_cfr_blocks(params, games // 2, seed)
+            ]
+        else:
+            blocks = [(searcher(blueprint, params), games // 2)]
         metrics.update(
             play_blocks(
                 loop,
                 rules,
-                [(player, games // 2)],
+                blocks,
                 api.SEARCH,
                 opponent,
                 seed=seed,
