@@ -297,7 +297,7 @@ RULES_FLAG = "n_colors=2,n_ranks=5,n_wagers=1,hand_size=3,bonus_threshold=5,max_
     [
         ({"search_options": search.SearchOptions(determinizations=0)}, "--search_determinizations"),
         ({"search_options": search.SearchOptions(candidates=99)}, "--search_candidates"),
-        ({"search_blueprint": "sd_cfr", "agent": None, "workdir": "RUN"}, "--search_blueprint"),
+        ({"search_blueprint": "strategy", "agent": None, "workdir": "RUN"}, "--search_blueprint"),
         ({"agent": "openspiel_ismcts"}, "not on an OpenSpiel bot"),
         ({"opponents": "average_strategy"}, "--opponents"),  # head to head needs a run
     ],
