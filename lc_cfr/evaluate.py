@@ -488,6 +488,7 @@ def _main(argv):
         search_blueprint=_SEARCH_BLUEPRINT.value,
         search_options=search_lib.options_from_flags(_SEARCH),
     )
+    compile_cache.quiet_backend_probe()
     compile_cache.enable(compile_cache.directory())
     document = run_request(request)
     where = (

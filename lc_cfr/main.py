@@ -34,6 +34,7 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    compile_cache.quiet_backend_probe()
     compile_cache.enable(compile_cache.directory())
     workdir = _WORKDIR.value or str(default_workdir())
     try:

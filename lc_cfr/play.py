@@ -17,7 +17,8 @@ also replay exactly.
 Each human decision shows the board and a numbered list of the legal moves. Type a move
 number, or a short command: `p3` (play slot 3), `d3` (discard slot 3), `deck`,
 `pile 2` / `pile blue`; `help` lists them and `quit` (or end of input) leaves the game.
-Slots and colours are numbered from 1. Bad input is explained and asked again.
+Slots and colours are numbered from 1. Bad input is explained and asked again. A forced
+move (the deck is the only draw) is made for you and announced.
 
 This module is the command line only; the game itself is `lc_cfr.terminal_game`.
 """
@@ -111,6 +112,7 @@ def main(argv) -> int:
         _fail(f"unexpected arguments {argv[1:]} (all options are --flags)", status=2)
     if not FLAGS.workdir:
         _fail("--workdir is required: the training run to play against", status=2)
+    compile_cache.quiet_backend_probe()
     compile_cache.enable(compile_cache.directory())
     deal = FLAGS.deal if FLAGS.deal is not None else time.time_ns() // 1000 % 2**31
     try:

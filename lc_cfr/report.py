@@ -229,6 +229,13 @@ def build_report(
     done = rows[-1]["iteration"] if rows else 0
     total = int(config["run.max_iterations"])
     per_iteration = mean("iteration_seconds")
+    wall = sum(row.get("iteration_seconds", 0.0) for row in rows)
+    eta = per_iteration * max(total - done, 0) if per_iteration else None
+    limit = 60 * float(config.get("run.max_minutes") or 0.0)
+    if limit > 0 and eta is not None:
+        # whichever limit comes first; the clock of run.max_minutes restarts at a resume,
+        # which the rows do not record: this reads a run trained in one go
+        eta = min(eta, max(limit - wall, 0.0))
     store_dir = workdir / "checkpoints"
     store = checkpoint.CheckpointStore(store_dir, read_only=True)
     try:
@@ -244,9 +251,10 @@ def build_report(
         "progress": {
             "iterations": done,
             "max_iterations": total,
-            "wall_seconds": sum(row.get("iteration_seconds", 0.0) for row in rows),
+            "wall_seconds": wall,
             "recent_seconds_per_iteration": per_iteration,
-            "eta_seconds": per_iteration * max(total - done, 0) if per_iteration else None,
+            "eta_seconds": eta,
+            "max_minutes": limit / 60,
         },
         "evaluations": evaluations(rows),
         "phases": {key: mean(key) for key in PHASES if mean(key) is not None},
@@ -284,6 +292,7 @@ def render(report: dict, *, all_fields: bool = False) -> str:
         f"{_duration(progress['wall_seconds'])}; "
         f"{progress['recent_seconds_per_iteration'] or 0:.1f} s per iteration lately; "
         f"{_duration(progress['eta_seconds'])} to go"
+        + (f" (run.max_minutes={progress['max_minutes']:g})" if progress.get("max_minutes") else "")
     )
     evaluations = report["evaluations"]
     if evaluations:

@@ -2,8 +2,10 @@
 
 `load_agent` reads the network of a saved run; `Game` plays one game on a pair of text
 streams: it renders the board, lists and parses the human's moves (explaining illegal
-ones) and draws the agent's moves, greedily or with the shared generator. Each engine
-function is jitted once per `Game`, so later games start without compiling.
+ones) and draws the agent's moves, greedily or with the shared generator. A move forced on the
+human (a single legal one: the deck is the only draw) is made and announced without
+asking. Each engine function is jitted once per `Game`, so later games start without
+compiling.
 """
 
 from __future__ import annotations
@@ -466,9 +468,13 @@ class Game:
                 say(self.render_final(s, exp_scores, human))
                 return 0
             player = int(s.current_player)
-            if player == human:
+            moves = np.flatnonzero(mask)
+            if player == human and len(moves) == 1:
+                # a forced move (the deck is the only draw): made for the player, and said
+                action = int(moves[0])
+                say(f"{self.announce(s, action, human=True)[:-1]} (your only move).")
+            elif player == human:
                 say(self.render_board(s, exp_scores, human))
-                moves = np.flatnonzero(mask)
                 phase = "play or discard a card" if int(s.phase) == CARD_PHASE else "draw a card"
                 say(f"Your moves ({phase}):")
                 for number, action in enumerate(moves, start=1):

@@ -479,6 +479,8 @@ def test_cli_bot_against_bot(tmp_path):
         f"--json={out}",
     )
     assert "noisy_safe" in result.stdout
+    # JAX's backend probing stays quiet for users (LC_CFR_DEBUG=1 shows it)
+    assert "Unable to initialize backend" not in result.stderr
     metrics = json.loads(out.read_text())["metrics"]
     assert metrics["eval/noisy_safe/noisy_safe/margin_mean"] == 0.0
     assert metrics["eval/noisy_safe/noisy_safe/win_rate"] == 0.5

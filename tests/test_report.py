@@ -82,3 +82,31 @@ def test_cli_prints_one_screen_and_writes_json(run, tmp_path):
     missing = _cli(f"--workdir={tmp_path / 'nowhere'}")
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert "does not exist" in missing.stderr.splitlines()[-1]
+
+
+def test_eta_and_bar_respect_the_time_limit(run, tmp_path, monkeypatch):
+    """run.max_minutes: the report's ETA and the progress bar's total stop at whichever
+    limit, iterations or minutes, comes first."""
+    import shutil
+
+    from lc_cfr.train import metrics
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    figures = report.build_report(copy)
+    wall = figures["progress"]["wall_seconds"]
+    saved = json.loads((copy / "config.json").read_text())
+    saved["run"]["max_iterations"] = 1000
+    saved["run"]["max_minutes"] = (wall + 90.0) / 60
+    (copy / "config.json").write_text(json.dumps(saved))
+    figures = report.build_report(copy)
+    assert figures["progress"]["eta_seconds"] == pytest.approx(90.0)
+    assert "1m30s to go (run.max_minutes=" in report.render(figures)
+
+    clock = iter([0.0, 2.0, 4.0])  # the bar starts at 0 s; one iteration by 2 s, two by 4 s
+    monkeypatch.setattr(metrics.time, "perf_counter", lambda: next(clock))
+    progress = metrics.Progress(total=1000, initial=0, enabled=False, max_seconds=10.0)
+    progress._done = 1
+    assert progress.expected_total(1) == 1 + 4  # 8 s left at 0.5 it/s
+    progress._done = 2
+    assert progress.expected_total(2) == 2 + 3  # 6 s left at 0.5 it/s

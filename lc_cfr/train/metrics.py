@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import time
 
 import tqdm
 from absl import logging
@@ -66,15 +67,31 @@ class MetricsWriter:
 
 
 class Progress:
-    """A tqdm bar over iterations with ETA and the headline metrics (or nothing)."""
+    """A tqdm bar over iterations with ETA and the headline metrics (or nothing).
 
-    def __init__(self, *, total: int, initial: int, enabled: bool):
+    With a time limit (`max_seconds` > 0, run.max_minutes) the bar's total is the
+    iteration the run will reach first: run.max_iterations, or the iterations that fit
+    in the time left at the rate so far; tqdm's ETA then reads whichever comes first.
+    """
+
+    def __init__(self, *, total: int, initial: int, enabled: bool, max_seconds: float = 0.0):
+        self._max_iterations, self._max_seconds = total, max_seconds
+        self._started, self._done = time.perf_counter(), 0
         self._bar = tqdm.tqdm(total=total, initial=initial, unit="it", disable=not enabled)
 
     def update(self, row: dict) -> None:
         shown = {short: row[key] for key, short in HEADLINE.items() if key in row}
         self._bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
+        self._done += 1
+        if self._max_seconds > 0:
+            self._bar.total = self.expected_total(self._bar.n + 1)
         self._bar.update(1)
+
+    def expected_total(self, reached: int) -> int:
+        """The iteration a time-limited run stops at, at the rate of this process so far."""
+        elapsed = max(time.perf_counter() - self._started, 1e-9)
+        left = max(self._max_seconds - elapsed, 0.0)
+        return min(self._max_iterations, reached + math.ceil(left * self._done / elapsed))
 
     def close(self) -> None:
         self._bar.close()

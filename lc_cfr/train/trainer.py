@@ -463,7 +463,10 @@ class Trainer:
         if last_row is not None and not run_format.has_metrics_row(metrics.path, state.iteration):
             metrics.write(last_row)  # the checkpoint landed but its metrics row did not
         progress = Progress(
-            total=plan.max_iterations, initial=state.iteration, enabled=plan.progress_bar and writer
+            total=plan.max_iterations,
+            initial=state.iteration,
+            enabled=plan.progress_bar and writer,
+            max_seconds=60 * plan.max_minutes,
         )
         started = time.perf_counter()
 
