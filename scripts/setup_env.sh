@@ -11,7 +11,15 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q -c constraints.txt setuptools wheel Cython numpy
-  "$VENV/bin/python" -m pip install -q --no-build-isolation -c constraints.txt -e ".[dev,openspiel,plots,search]"
+  "$VENV/bin/python" -m pip install -q --no-build-isolation -c constraints.txt -e ".[dev,openspiel,plots,search,browser]"
   echo "$want" > "$stamp"
 fi
 "$VENV/bin/python" setup.py -q build_ext --inplace >/dev/null
+# The real-browser test of lc_cfr.serve (tests/test_serve.py) drives Debian's chromium
+# through chromium-driver: CI installs them; elsewhere that test skips and names this.
+if [ "${CI:-}" = "true" ] && ! command -v chromedriver >/dev/null 2>&1; then
+  echo "installing chromium and chromium-driver for the browser test..." >&2
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi

@@ -29,10 +29,12 @@ LAYERS = {
     "spiel": 4,
     "train": 5,
     "terminal_game": 6,
-    "main": 7,
-    "evaluate": 7,
-    "play": 7,
-    "report": 7,
+    "web": 7,
+    "main": 8,
+    "evaluate": 8,
+    "play": 8,
+    "report": 8,
+    "serve": 8,
 }
 # the package's own __init__ imports nothing; listed so that every area is accounted for
 TOP = ""
