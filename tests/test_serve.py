@@ -197,9 +197,13 @@ def test_the_page_and_its_files(url):
     assert "sd_cfr" not in info["views"] and len(info["cards"]) == info["rules"]["n_cards"]
 
 
-def test_cli_fails_with_one_line_on_a_missing_run(tmp_path):
+@pytest.mark.parametrize("damage", ["missing", "no config"])
+def test_cli_fails_with_one_line_on_a_missing_or_damaged_run(tmp_path, damage):
+    run = tmp_path / "run"
+    if damage == "no config":
+        run.mkdir()
     result = subprocess.run(
-        [sys.executable, "-m", "lc_cfr.serve", f"--workdir={tmp_path / 'none'}"],
+        [sys.executable, "-m", "lc_cfr.serve", f"--workdir={run}"],
         cwd=ROOT,
         env=ENV,
         capture_output=True,
@@ -207,9 +211,9 @@ def test_cli_fails_with_one_line_on_a_missing_run(tmp_path):
         timeout=120,
     )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
-        f"lc_cfr.serve: run directory {tmp_path / 'none'} does not exist"
-    ]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lc_cfr.serve: "), result.stderr
+    assert ("does not exist" if damage == "missing" else "config.json is missing") in lines[0]
 
 
 def _browser():
