@@ -161,7 +161,8 @@ class Game:
         face = "W" if self.rules.card_is_wager(card) else str(self.rules.card_value(card))
         return f"{self.color_name(self.rules.card_color(card))} {face}"
 
-    def _face(self, card: int) -> str:
+    def face(self, card: int) -> str:
+        """A card's face: its value, or W for a wager."""
         return "W" if self.rules.card_is_wager(card) else str(self.rules.card_value(card))
 
     def describe(self, s, action: int) -> str:
@@ -198,7 +199,7 @@ class Game:
     def _expedition(self, s, player: int, color: int) -> str:
         k = self.rules.cards_per_color
         cards = [c for c in range(color * k, (color + 1) * k) if s.expedition_cards[player, c]]
-        return " ".join(self._face(c) for c in cards) or "-"
+        return " ".join(self.face(c) for c in cards) or "-"
 
     def _left(self) -> int:
         """Width of the left column of the tables (title or "  N colour")."""
@@ -242,7 +243,7 @@ class Game:
         for c in range(r.n_colors):
             size = int(s.pile_sizes[c])
             if size:
-                top = self._face(s.discards[c, size - 1])
+                top = self.face(s.discards[c, size - 1])
                 pile = f"{top} on top ({_plural(size, 'card')})"
             else:
                 pile = "empty"
@@ -344,7 +345,7 @@ class Game:
             action = slot if match.group(1).startswith("p") else h + slot
             if mask[action]:
                 return action, None
-            return None, self._why_not_play(s, slot)
+            return None, self.why_not_play(s, slot)
         if text in ("deck", "draw", "draw deck", "draw from deck"):
             if card_phase:
                 return None, "First play or discard a card; you draw afterwards."
@@ -378,7 +379,8 @@ class Game:
                 return c
         return None
 
-    def _why_not_play(self, s, slot: int) -> str:
+    def why_not_play(self, s, slot: int) -> str:
+        """Why the card in `slot` cannot be played now (the terminal and the web game)."""
         r, p = self.rules, int(s.current_player)
         card = int(s.hands[p, slot])
         color = r.card_color(card)

@@ -157,7 +157,7 @@ class GameStore:
         return {
             "id": int(card),
             "color": r.card_color(int(card)),
-            "face": self._words._face(int(card)),
+            "face": self._words.face(int(card)),
             "name": self._words.card_name(int(card)),
         }
 
@@ -340,7 +340,7 @@ class GameStore:
                 return "you have played or discarded this turn: now draw"
             if int(s.hands[int(s.current_player), action % h]) == r.n_cards:
                 return f"there is no card in slot {action % h + 1}"
-            return self._words._why_not_play(s, action % h)
+            return self._words.why_not_play(s, action % h)
         if card_phase:
             return "first play or discard a card; you draw afterwards"
         color = action - r.first_pile_action
