@@ -347,39 +347,33 @@ def run_request(request: Request) -> dict:
         }
         plain = [view for view in request.views if view != SEARCH]
         metrics = {}
+        # what every pair shares: the deals, the seats' draws, the opponents and rivals
+        common = dict(
+            opponents=request.opponents,
+            games=request.games,
+            seed=request.seed,
+            fallback=fallback,
+            lanes=request.lanes,
+            simulations=request.openspiel_simulations,
+            draws=draws,
+            rivals=rivals,
+        )
         if plain:
+            views = {view: available[view] for view in plain}
             metrics = sequential.evaluate(
-                spiel_bots,
-                networks.rules,
-                networks.spec,
-                {view: available[view] for view in plain},
-                opponents=request.opponents,
-                games=request.games,
-                mode=request.mode,
-                seed=request.seed,
-                fallback=fallback,
-                lanes=request.lanes,
-                simulations=request.openspiel_simulations,
-                draws=draws,
-                rivals=rivals,
+                spiel_bots, networks.rules, networks.spec, views, mode=request.mode, **common
             )
         if SEARCH in request.views:
+            blueprint = request.search_blueprint
             metrics.update(
                 sequential.evaluate_search(
                     spiel_bots,
                     networks.rules,
                     networks.spec,
-                    request.search_blueprint,
-                    available[request.search_blueprint],
+                    blueprint,
+                    available[blueprint],
                     request.search,
-                    opponents=request.opponents,
-                    games=request.games,
-                    seed=request.seed,
-                    fallback=fallback,
-                    lanes=request.lanes,
-                    simulations=request.openspiel_simulations,
-                    draws=draws,
-                    rivals=rivals,
+                    **common,
                 )
             )
             document["search"] = _search_document(request.search_blueprint, request.search)

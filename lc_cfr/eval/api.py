@@ -127,6 +127,21 @@ def _play_snapshots(
     )
 
 
+def _keyed_metrics(
+    name: str, rules, spec, agent, opponent: str, params, rivals, blocks: bool, play: dict
+) -> dict[str, float]:
+    """`eval/<name>/<opponent>/<metric>` of `agent` against one opponent: played in the
+    sd_cfr view's snapshot blocks (`blocks`), or once against a bot or a rival; `play`
+    holds games, seed, lanes and devices."""
+    start = time.perf_counter()
+    if blocks:
+        result = _play_snapshots(rules, spec, agent, opponent, params, **play)
+    else:
+        result = _play_against(rules, spec, agent, opponent, params, rivals, **play)
+    metrics = _timed_metrics(result, time.perf_counter() - start)
+    return {metric_key(name, opponent, k): v for k, v in metrics.items()}
+
+
 def metric_key(view: str, opponent: str, metric: str) -> str:
     return f"eval/{view}/{opponent}/{metric}"
 
@@ -251,36 +266,15 @@ def evaluate(
         for view in params_views
     }
     out: dict[str, float] = {}
+    play = dict(games=games, seed=seed, lanes=lanes, devices=devices)
     for view, params in params_views.items():
         for opponent in opponents:
-            start = time.perf_counter()
-            if view == SD_CFR:
-                result = _play_snapshots(
-                    rules,
-                    spec,
-                    agents[view],
-                    opponent,
-                    params,
-                    games=games,
-                    seed=seed,
-                    lanes=lanes,
-                    devices=devices,
+            blocks = view == SD_CFR
+            out.update(
+                _keyed_metrics(
+                    view, rules, spec, agents[view], opponent, params, rivals, blocks, play
                 )
-            else:
-                result = _play_against(
-                    rules,
-                    spec,
-                    agents[view],
-                    opponent,
-                    params,
-                    rivals,
-                    games=games,
-                    seed=seed,
-                    lanes=lanes,
-                    devices=devices,
-                )
-            metrics = _timed_metrics(result, time.perf_counter() - start)
-            out.update({metric_key(view, opponent, k): v for k, v in metrics.items()})
+            )
     return out
 
 
@@ -356,33 +350,10 @@ def evaluate_search(
         agent = eval_games.bot_agent(blueprint, "--search_blueprint", search=options)
         params = None  # a bot; `spec` stays for a rival network
     out: dict[str, float] = {}
+    play = dict(games=games, seed=seed, lanes=lanes, devices=devices)
     for opponent in opponents:
-        start = time.perf_counter()
-        if blueprint == SD_CFR:
-            result = _play_snapshots(
-                rules,
-                spec,
-                agent,
-                opponent,
-                params,
-                games=games,
-                seed=seed,
-                lanes=lanes,
-                devices=devices,
-            )
-        else:
-            result = _play_against(
-                rules,
-                spec,
-                agent,
-                opponent,
-                params,
-                rivals,
-                games=games,
-                seed=seed,
-                lanes=lanes,
-                devices=devices,
-            )
-        metrics = _timed_metrics(result, time.perf_counter() - start)
-        out.update({metric_key(SEARCH, opponent, k): v for k, v in metrics.items()})
+        blocks = blueprint == SD_CFR
+        out.update(
+            _keyed_metrics(SEARCH, rules, spec, agent, opponent, params, rivals, blocks, play)
+        )
     return out
