@@ -8,9 +8,9 @@ The defaults are the best full-game setting of the learning campaign
 (docs/experiments.md): external sampling expanded at a decision drawn from the whole
 played path, the children valued by a history-value network 8 decisions down, strategic
 features beside the encoding, pile draws only of cards the agent can play (sections 17,
-21, 22 and 25), a card-indexed output head, advantage networks fitted with two passes
-over their memories and a strategy network fitted from scratch each iteration (sections
-27, 28); for a 2-core CPU a 256x3 network with 2048 traversals per player (better at
+21, 22 and 25), a card-indexed output head, advantage networks fitted with four passes
+over their memories and a strategy network fitted from scratch where it is read
+(sections 27-31); for a 2-core CPU a 256x3 network with 2048 traversals per player (better at
 equal wall time than the predecessor's 512x3 with 1024: section 12); the rest mirrors
 the predecessor's seeds (batches of 1024, 2M-sample memories, evaluation every 25
 iterations, mirrored, 1000 games per opponent where the seeds had 100 unmirrored).
@@ -173,9 +173,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # > 0: each advantage training makes this many passes over the player's memory
     # (ceil(epochs x rows / batch) updates, in whole advantage_updates chunks, which are
     # then the minimum), so the fit keeps up as the memory grows; 0 = advantage_updates.
-    # Two passes: a fixed 512 updates fit the early, small memories' noise (a held-out
-    # loss twice as high) and took half of each early iteration (docs/experiments.md 28).
-    config.optimization.advantage_epochs = 2.0
+    # A fixed 512 updates fit the early, small memories' noise (a held-out loss twice as
+    # high) and took half of each early iteration (docs/experiments.md 28); four passes
+    # did at least as well as two against all six bots in two quiet hours (sections 30, 31).
+    config.optimization.advantage_epochs = 4.0
     config.optimization.advantage_batch_size = 1024  # samples per update
     # Share of each iteration's advantage samples kept out of the memory; after training,
     # the network's loss on them is loss/advantage_heldout_p{p}, beside the training loss
