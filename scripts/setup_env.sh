@@ -21,5 +21,7 @@ if [ "${CI:-}" = "true" ] && ! command -v chromedriver >/dev/null 2>&1; then
   echo "installing chromium and chromium-driver for the browser test..." >&2
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  # never fatal: without them the browser test skips and says how to install them
+  ($SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null) \
+    || echo "could not install chromium and chromium-driver: the browser test will skip" >&2
 fi
