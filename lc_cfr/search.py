@@ -305,3 +305,31 @@ def search(
     scores = jnp.where(tried, scores, -jnp.inf)
     best = jnp.argmax(scores)
     return SearchResult(actions[best], actions, tried, margins, scores, policy)
+
+
+def search_named(
+    rules: Rules,
+    options: SearchOptions,
+    blueprint: str,
+    params: Any,
+    state: engine.State,
+    seed,
+    game,
+    decision,
+    *,
+    spec: mlp.NetworkSpec | None = None,
+    fallback: str = "argmax_tiebreak",
+    draws: str = "any",
+) -> SearchResult:
+    """`search` at one state over a blueprint named as the command lines name it: a view
+    (`BLUEPRINT_VIEWS`, of `params` and `spec`; the searcher's moves then leave out the
+    draws `draws` excludes, as the raw view's do) or a bot (which draws as the rules
+    allow). Every caller that searches by name (evaluation, the OpenSpiel loop, the
+    terminal and browser games, the benchmark) builds its search here."""
+    mask = engine.legal_action_mask(rules, state)
+    if blueprint in BLUEPRINT_VIEWS:
+        mask = pol.restrict_draws(rules, state, mask, draws)
+        policy = network_blueprint(rules, spec, blueprint, params, fallback=fallback, draws=draws)
+    else:
+        policy = bot_blueprint(rules, blueprint)
+    return search(rules, options, policy, state, mask, seed, game, decision)

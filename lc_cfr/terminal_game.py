@@ -127,13 +127,17 @@ class Game:
         if search is not None:
 
             def searched(params, state, seed, deal, decision):
-                mask = engine.legal_action_mask(rules, state)
-                mask = pol.restrict_draws(rules, state, mask, agent.draws)
-                blueprint = search_lib.network_blueprint(
-                    rules, spec, "average_strategy", params, draws=agent.draws
-                )
-                found = search_lib.search(
-                    rules, search, blueprint, state, mask, seed, deal, decision
+                found = search_lib.search_named(
+                    rules,
+                    search,
+                    "average_strategy",
+                    params,
+                    state,
+                    seed,
+                    deal,
+                    decision,
+                    spec=spec,
+                    draws=agent.draws,
                 )
                 return found.action, found.policy[found.action]
 

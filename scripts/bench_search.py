@@ -135,15 +135,18 @@ def main() -> None:
             search.check_options(options, rules, prefix="--")
 
             def one(state, options=options):
-                found = search.search(
+                found = search.search_named(
                     rules,
                     options,
-                    blueprint,
+                    args.view,
+                    params,
                     state,
-                    mask_of(state),
                     args.seed,
                     0,
                     engine.decision_index(state),
+                    spec=spec,
+                    fallback=fallback,
+                    draws=draws,
                 )
                 return found.action
 

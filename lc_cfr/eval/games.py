@@ -229,18 +229,18 @@ def _seat_actions(rules, spec, agent: Agent, params, player, states, seed, deals
 
 def _search_actions(rules, spec, agent: Agent, params, states, seed, ids, decisions):
     """The searching agent's actions [H] in states [H] (one search per lane)."""
-    mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
-    if agent.kind == "bot":
-        blueprint = search_lib.bot_blueprint(rules, agent.bot)
-    else:
-        restrict = functools.partial(pol.restrict_draws, rules, draws=agent.draws)
-        mask = jax.vmap(restrict)(states, mask)
-        blueprint = search_lib.network_blueprint(
-            rules, spec, agent.kind, params, fallback=agent.fallback, draws=agent.draws
-        )
-    one = functools.partial(search_lib.search, rules, agent.search, blueprint)
-    found = jax.vmap(one, in_axes=(0, 0, None, 0, 0))(states, mask, seed, ids, decisions)
-    return found.action
+    blueprint = agent.bot if agent.kind == "bot" else agent.kind
+    one = functools.partial(
+        search_lib.search_named,
+        rules,
+        agent.search,
+        blueprint,
+        params,
+        spec=spec,
+        fallback=agent.fallback,
+        draws=agent.draws,
+    )
+    return jax.vmap(one, in_axes=(0, None, 0, 0))(states, seed, ids, decisions).action
 
 
 def _record(rules: Rules, records: dict, seat: int, states, deal, done, decision, counts):

@@ -443,15 +443,20 @@ def _searcher(rules: Rules, options, spec, blueprint: str, fallback: str, draws:
     from lc_cfr import search
 
     def choose(params, state, seed, game, decision):
-        mask = jax_engine.legal_action_mask(rules, state)
-        if blueprint in search.BLUEPRINT_VIEWS:
-            mask = pol.restrict_draws(rules, state, mask, draws)
-            policy = search.network_blueprint(
-                rules, spec, blueprint, params, fallback=fallback, draws=draws
-            )
-        else:
-            policy = search.bot_blueprint(rules, blueprint)
-        return search.search(rules, options, policy, state, mask, seed, game, decision).action
+        found = search.search_named(
+            rules,
+            options,
+            blueprint,
+            params,
+            state,
+            seed,
+            game,
+            decision,
+            spec=spec,
+            fallback=fallback,
+            draws=draws,
+        )
+        return found.action
 
     return jax.jit(choose)
 

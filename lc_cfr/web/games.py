@@ -77,13 +77,19 @@ def _search_fn(rules: Rules, spec: mlp.NetworkSpec, draws: str, options):
     """Jitted (params, state, seed, game, decision) -> the searched action."""
 
     def searched(params, state, seed, game, decision):
-        mask = pol.restrict_draws(rules, state, engine.legal_action_mask(rules, state), draws)
-        blueprint = search_lib.network_blueprint(
-            rules, spec, "average_strategy", params, draws=draws
+        found = search_lib.search_named(
+            rules,
+            options,
+            "average_strategy",
+            params,
+            state,
+            seed,
+            game,
+            decision,
+            spec=spec,
+            draws=draws,
         )
-        return search_lib.search(
-            rules, options, blueprint, state, mask, seed, game, decision
-        ).action
+        return found.action
 
     return jax.jit(searched)
 
