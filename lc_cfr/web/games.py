@@ -27,15 +27,15 @@ import threading
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from lc_cfr import search as search_lib
-from lc_cfr.game import engine, rng
+from lc_cfr.game import rng
 from lc_cfr.game.rules import CARD_PHASE, Rules
 from lc_cfr.nets import mlp
 from lc_cfr.terminal_game import Agent, Game
 from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
-from lc_cfr.traversal import policy as pol
 
 VIEWS = ("average_strategy", "current", "sd_cfr", "search")
 # Games kept at once; the oldest is dropped past it (a local server, a few players).
@@ -58,16 +58,11 @@ def _policy_fn(rules: Rules, spec: mlp.NetworkSpec, view: str, draws: str, fallb
     average_strategy, or current for a pair of advantage networks)."""
 
     def policy(params, state):
-        mask = pol.restrict_draws(rules, state, engine.legal_action_mask(rules, state), draws)
-        obs = engine.observe(rules, state, state.current_player)[None]
-        if view == "average_strategy":
-            return mlp.masked_policy(mlp.apply(spec, params, obs)[0], mask)
-        raw = jax.lax.cond(
-            state.current_player == 0,
-            lambda: mlp.apply(spec, params[0], obs)[0],
-            lambda: mlp.apply(spec, params[1], obs)[0],
+        view_of = search_lib.network_blueprint(
+            rules, spec, view, params, fallback=fallback, draws=draws
         )
-        return pol.regret_matching(mlp.masked_advantages(raw, mask), mask, fallback=fallback)
+        one = jax.tree.map(lambda x: x[None], state)
+        return view_of(one, jnp.zeros((1,), jnp.uint32))[0]
 
     return jax.jit(policy)
 
