@@ -11,13 +11,20 @@ seconds, which count every XLA thread) starts before the trainer is built, so st
 and compiles count as they do for a user; this script's own evaluations do not (the
 strategy network they read is fitted on the clock, `Trainer.fit_strategy`).
 
-It prints margin +- standard error per mark, view and bot; --json writes the figures and
---plot draws margin against wall minutes and against CPU-seconds.
+One fit of the average-strategy network can play 15 points from another fit of the same
+memory against a bot (docs/experiments.md 33), so the average strategy is also read as
+--strategy-fits draws of its fit (the run's own and others from folded keys,
+`Trainer.strategy_refit`, off the clock): their mean and range are the figure to quote.
+
+It prints margin +- standard error per mark, view and bot (and the fits' mean and range);
+--json writes the figures and --plot draws margin against wall minutes and against
+CPU-seconds (the average strategy as the fits' mean, its bar their range).
 
     .venv/bin/python scripts/time_to_strength.py --workdir /tmp/tts \\
         [--config configs/default.py] [--set traversal.leaf_decisions=8 ...] \\
         [--minutes 15,30,60,120] [--opponents random,passive_discard,...] \\
-        [--games 2000] [--views average_strategy] [--json out.json] [--plot out.png]
+        [--games 2000] [--views average_strategy] [--strategy-fits K] \\
+        [--json out.json] [--plot out.png]
 
 The workdir must not hold a run: a resumed run's clock would start at its checkpoint.
 """
@@ -43,6 +50,7 @@ from lc_cfr.train.evaluation import policy_views  # noqa: E402
 from lc_cfr.train.trainer import Trainer  # noqa: E402
 
 DEFAULT_MARKS = "15,30,60,120"
+DEFAULT_FITS = 4  # the run's own fit of the average strategy and three more draws
 
 
 class Clock:
@@ -76,8 +84,43 @@ def margins(row: dict, views, opponents) -> dict:
     }
 
 
-def train_and_measure(config, workdir, marks, views, opponents, games) -> list[dict]:
-    """Trains until the last mark (or run.max_iterations); one record per mark reached."""
+def fit_margins(trainer, state, fits, opponents, games, seed) -> dict:
+    """{opponent: {margins, stderrs, mean, low, high}} of `fits` draws of the strategy
+    fit at `state` (its own first, `state` holding it), on the same deals."""
+    params = [state.strategy_params]
+    params += [trainer.strategy_refit(state, draw) for draw in range(1, fits)]
+    rows = [
+        margins(
+            evaluate(
+                trainer.rules,
+                trainer.spec,
+                {"average_strategy": p},
+                opponents=opponents,
+                games=games,
+                seed=seed,
+                draws=trainer.options.draws,
+            ),
+            ("average_strategy",),
+            opponents,
+        )["average_strategy"]
+        for p in params
+    ]
+    out = {}
+    for opponent in opponents:
+        values = [r[opponent]["margin"] for r in rows]
+        out[opponent] = {
+            "margins": values,
+            "stderrs": [r[opponent]["stderr"] for r in rows],
+            "mean": sum(values) / len(values),
+            "low": min(values),
+            "high": max(values),
+        }
+    return out
+
+
+def train_and_measure(config, workdir, marks, views, opponents, games, fits=1) -> list[dict]:
+    """Trains until the last mark (or run.max_iterations); one record per mark reached
+    (with `fits` > 1 and the average strategy among the views, its fits' margins)."""
     clock = Clock()
     trainer = Trainer(config, workdir)
     records: list[dict] = []
@@ -101,17 +144,19 @@ def train_and_measure(config, workdir, marks, views, opponents, games) -> list[d
             fallback=trainer.options.all_negative_fallback,
             draws=trainer.options.draws,
         )
+        record = {
+            "trained_minutes": now[0] / 60,
+            "cpu_seconds": now[1],
+            "iteration": int(state.iteration),
+            "eval": margins(row, views, opponents),
+        }
+        if fits > 1 and "average_strategy" in views:
+            record["strategy_fits"] = fit_margins(
+                trainer, state, fits, opponents, games, config.evaluation.seed
+            )
         for mark in passed:
             left.remove(mark)
-            records.append(
-                {
-                    "minutes": mark,
-                    "trained_minutes": now[0] / 60,
-                    "cpu_seconds": now[1],
-                    "iteration": int(state.iteration),
-                    "eval": margins(row, views, opponents),
-                }
-            )
+            records.append({"minutes": mark, **record})
             print_record(records[-1], views, opponents)
         clock.paused(now)
         return not left
@@ -136,6 +181,14 @@ def print_record(record: dict, views, opponents) -> None:
             f"{o} {figures[o]['margin']:+.2f} +- {figures[o]['stderr']:.2f}" for o in opponents
         ]
         print(f"  {view}: " + ", ".join(cells), flush=True)
+    if "strategy_fits" in record:
+        fits = record["strategy_fits"]
+        count = len(next(iter(fits.values()))["margins"])
+        cells = [
+            f"{o} {fits[o]['mean']:+.2f} ({fits[o]['low']:+.2f} .. {fits[o]['high']:+.2f})"
+            for o in opponents
+        ]
+        print(f"  average_strategy, {count} fits, mean (range): " + ", ".join(cells), flush=True)
 
 
 def plot(records: list[dict], views, opponents, out: pathlib.Path) -> None:
@@ -156,6 +209,13 @@ def plot(records: list[dict], views, opponents, out: pathlib.Path) -> None:
                 y = [r["eval"][view][opponent]["margin"] for r in records]
                 err = [r["eval"][view][opponent]["stderr"] for r in records]
                 name = opponent if len(views) == 1 else f"{view} / {opponent}"
+                if view == "average_strategy" and "strategy_fits" in records[0]:
+                    # the fits' mean, the bar their range: one fit is one draw
+                    fits = [r["strategy_fits"][opponent] for r in records]
+                    y = [f["mean"] for f in fits]
+                    below = [f["mean"] - f["low"] for f in fits]
+                    err = [below, [f["high"] - f["mean"] for f in fits]]
+                    name = f"{name} (fits' mean, range)"
                 axis.errorbar(
                     x,
                     y,
@@ -192,6 +252,13 @@ def main() -> None:
     parser.add_argument("--opponents", default=",".join(BOT_NAMES))
     parser.add_argument("--games", type=int, default=2000, help="per view and bot (even)")
     parser.add_argument("--views", default="average_strategy")
+    parser.add_argument(
+        "--strategy-fits",
+        type=int,
+        default=None,
+        help="draws of the average-strategy fit read at each mark (1: the run's own only; "
+        f"default {DEFAULT_FITS} where the config fits it from scratch, else 1)",
+    )
     parser.add_argument("--json", help="write the records here")
     parser.add_argument("--plot", help="write margin against time here (png)")
     args = parser.parse_args()
@@ -213,11 +280,23 @@ def main() -> None:
     bench_common.apply_overrides(config, args.set)
     config.run.max_minutes = 0.0  # the marks stop the run
     config.run.progress_bar = False
+    scratch = config.optimization.strategy_init == "scratch"
+    fits = args.strategy_fits
+    if fits is None:
+        fits = DEFAULT_FITS if scratch else 1
+    if fits < 1:
+        raise SystemExit(f"--strategy-fits must be >= 1, got {fits}")
+    fits = fits if "average_strategy" in views else 1
+    if fits > 1 and not scratch:
+        raise SystemExit(
+            "--strategy-fits > 1 needs optimization.strategy_init='scratch' (a warm fit has "
+            f"no other draw), got {config.optimization.strategy_init!r}; pass --strategy-fits=1"
+        )
     if "sd_cfr" in views and config.sd_cfr.snapshots < 1:
         raise SystemExit("--views sd_cfr needs --set sd_cfr.snapshots=K (K >= 1)")
 
     compile_cache.enable(compile_cache.directory())  # as lc_cfr.main: what a user gets
-    records = train_and_measure(config, workdir, marks, views, opponents, args.games)
+    records = train_and_measure(config, workdir, marks, views, opponents, args.games, fits)
     report = {
         "config": args.config,
         "overrides": args.set,
@@ -225,6 +304,7 @@ def main() -> None:
         "views": list(views),
         "opponents": list(opponents),
         "marks": marks,
+        "strategy_fits": fits,
         "records": records,
     }
     if args.json:

@@ -157,8 +157,14 @@ def test_time_to_strength_evaluates_at_the_marks_and_refuses_an_old_run(tmp_path
     run, out = tmp_path / "run", tmp_path / "tts.json"
     args = ["--config=configs/default.py:smoke", f"--workdir={run}", "--opponents=random"]
     args += ["--games=8", "--views=average_strategy,current", "--set=run.max_iterations=2"]
+    scratch = ["--set=optimization.strategy_init=scratch", "--strategy-fits=2"]
     printed = _script(
-        "time_to_strength.py", *args, "--minutes=0.001,60", f"--json={out}", f"--plot={out}.png"
+        "time_to_strength.py",
+        *args,
+        *scratch,
+        "--minutes=0.001,60",
+        f"--json={out}",
+        f"--plot={out}.png",
     ).stdout
     report = json.loads(out.read_text())
     (record,) = report["records"]  # 60 minutes never come: max_iterations stops the run
@@ -166,12 +172,18 @@ def test_time_to_strength_evaluates_at_the_marks_and_refuses_an_old_run(tmp_path
     assert record["iteration"] == 1 and record["cpu_seconds"] > 0
     for view in ("average_strategy", "current"):
         assert record["eval"][view]["random"]["stderr"] >= 0
+    # two draws of the strategy fit: the run's own (the view's figure) and another
+    fits = record["strategy_fits"]["random"]
+    assert fits["margins"][0] == record["eval"]["average_strategy"]["random"]["margin"]
+    assert len(fits["margins"]) == 2 and fits["low"] <= fits["mean"] <= fits["high"]
+    assert "2 fits, mean (range)" in printed
     assert "60 min: not reached" in printed and (tmp_path / "tts.json.png").stat().st_size > 5000
     rows = (run / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2  # the trainer's own run, in the workdir
     for bad, message in (
         ([], "holds a run"),
         (["--set=traversal.no_such_field=1"], "no field 'traversal.no_such_field'"),
+        (["--strategy-fits=2"], "needs optimization.strategy_init='scratch'"),
     ):
         where = run if not bad else tmp_path / "other"
         with pytest.raises(subprocess.CalledProcessError) as failure:

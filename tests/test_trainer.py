@@ -390,6 +390,14 @@ def test_strategy_trained_when_read_is_every_iterations_where_read(tmp_path):
             states[when, t] = state, row
             # before the next iteration, whose memory adds donate this state's buffers
             fitted[when, t] = trainer.fit_strategy(state)
+    # another draw of the last fit: its own keys, the same every time, the run unchanged
+    read = fitted["read", 3]
+    refit = trainers["read"].strategy_refit(read, 1)
+    chex.assert_trees_all_equal(refit, trainers["read"].strategy_refit(read, 1))
+    leaves = zip(jax.tree.leaves(refit), jax.tree.leaves(read.strategy_params), strict=True)
+    assert any(not np.array_equal(a, b) for a, b in leaves)
+    with pytest.raises(ValueError, match="draw must be >= 1"):
+        trainers["read"].strategy_refit(read, 0)
     for t in (1, 2, 3):
         (every, every_row), (read, read_row) = states["every", t], states["read", t]
         chex.assert_trees_all_equal(every.advantage_params, read.advantage_params)

@@ -283,6 +283,29 @@ class Trainer:
             strategy_params=params, strategy_opt=opt, strategy_iteration=state.iteration
         )
 
+    def strategy_refit(self, state: TrainState, draw: int):
+        """The strategy network fitted again on `state`'s memory with the iteration's
+        keys folded by `draw` >= 1: another draw of the fit the run reads there (its
+        own is `fit_strategy`). One fit's greedy play can sit 15 points from another's
+        against a bot (docs/experiments.md 33), so a yardstick reads several.
+
+        Only for optimization.strategy_init='scratch', whose fit depends on the memory
+        and the keys alone; the run's state is not changed."""
+        if self.training.strategy_init != "scratch":
+            raise ValueError(
+                "strategy refits need optimization.strategy_init='scratch' (a warm fit "
+                f"continues the previous network), got {self.training.strategy_init!r}"
+            )
+        if draw < 1:
+            raise ValueError(f"draw must be >= 1 (0 is the run's own fit), got {draw}")
+        t = state.iteration
+        reinit = jax.random.fold_in(self.key(t, KeyOwner.STRATEGY, KeyUse.REINIT), draw)
+        train = jax.random.fold_in(self.key(t, KeyOwner.STRATEGY, KeyUse.TRAIN), draw)
+        params, _, _ = self.strategy_learner.train(
+            *self.strategy_learner.init(reinit), state.strategy_memory, train
+        )
+        return params
+
     def _train_strategy(self, work: steps.Work, state: TrainState, *, due: bool):
         """(params, opt_state) of the strategy network after iteration work.t's training
         (none unless `due`), on the memory as `work` holds it."""
