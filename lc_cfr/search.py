@@ -333,3 +333,35 @@ def search_named(
     else:
         policy = bot_blueprint(rules, blueprint)
     return search(rules, options, policy, state, mask, seed, game, decision)
+
+
+@functools.cache
+def jitted_search(
+    rules: Rules,
+    options: SearchOptions,
+    blueprint: str,
+    spec: mlp.NetworkSpec | None = None,
+    fallback: str = "argmax_tiebreak",
+    draws: str = "any",
+):
+    """`search_named` jitted for one game, (params, state, seed, game, decision) ->
+    SearchResult, with seed and game np.uint32 and decision np.int32 (one dtype, one
+    trace); one compiled program per argument set, shared by the one-game callers (the
+    OpenSpiel player, the terminal and browser games)."""
+
+    def searched(params, state, seed, game, decision):
+        return search_named(
+            rules,
+            options,
+            blueprint,
+            params,
+            state,
+            seed,
+            game,
+            decision,
+            spec=spec,
+            fallback=fallback,
+            draws=draws,
+        )
+
+    return jax.jit(searched)

@@ -125,23 +125,9 @@ class Game:
         self._policy = jax.jit(policy)
         self._search = None
         if search is not None:
-
-            def searched(params, state, seed, deal, decision):
-                found = search_lib.search_named(
-                    rules,
-                    search,
-                    "average_strategy",
-                    params,
-                    state,
-                    seed,
-                    deal,
-                    decision,
-                    spec=spec,
-                    draws=agent.draws,
-                )
-                return found.action, found.policy[found.action]
-
-            self._search = jax.jit(searched)
+            self._search = search_lib.jitted_search(
+                rules, search, "average_strategy", spec, "argmax_tiebreak", agent.draws
+            )
 
     def jitted(self) -> dict:
         """The jitted functions by name (tests check that each compiled once)."""
@@ -406,10 +392,11 @@ class Game:
         """(action, its probability) under the strategy network; with search, the
         searched action and the network's probability of it."""
         if self._search is not None:
-            action, prob = self._search(
+            found = self._search(
                 self.agent.params, state, np.uint32(seed), np.uint32(deal), np.int32(decision)
             )
-            return int(action), float(prob)
+            action = int(found.action)
+            return action, float(found.policy[action])
         probs = np.asarray(self._policy(self.agent.params, state), np.float64)
         legal = np.flatnonzero(mask)
         weights = probs[legal]

@@ -437,30 +437,6 @@ def jax_state(engine) -> jax_engine.State:
     )
 
 
-@functools.cache
-def _searcher(rules: Rules, options, spec, blueprint: str, fallback: str, draws: str):
-    """The jitted search of one state: (params, state, seed, game, decision) -> action."""
-    from lc_cfr import search
-
-    def choose(params, state, seed, game, decision):
-        found = search.search_named(
-            rules,
-            options,
-            blueprint,
-            params,
-            state,
-            seed,
-            game,
-            decision,
-            spec=spec,
-            fallback=fallback,
-            draws=draws,
-        )
-        return found.action
-
-    return jax.jit(choose)
-
-
 class SearchPlayer(Player):
     """Search at play time (`lc_cfr.search`, docs/search.md) over a network view
     (`average_strategy`, `current`: `spec` and `params` as for NetworkPlayer) or one of
@@ -501,11 +477,14 @@ class SearchPlayer(Player):
             )
         self.name, self._params = name, params
         self._seed = np.uint32(rng.as_word(seed))
-        self._choose = _searcher(rules, options, spec, blueprint, fallback, pol.check_draws(draws))
+        self._choose = search.jitted_search(
+            rules, options, blueprint, spec, fallback, pol.check_draws(draws)
+        )
 
     def action(self, state, *, deal, game_id, decision):
         x = jax_state(state.engine)
-        return int(self._choose(self._params, x, self._seed, np.int32(game_id), np.int32(decision)))
+        found = self._choose(self._params, x, self._seed, np.uint32(game_id), np.int32(decision))
+        return int(found.action)
 
 
 # ----- the mirrored loop -----------------------------------------------------------

@@ -67,28 +67,6 @@ def _policy_fn(rules: Rules, spec: mlp.NetworkSpec, view: str, draws: str, fallb
     return jax.jit(policy)
 
 
-@functools.cache
-def _search_fn(rules: Rules, spec: mlp.NetworkSpec, draws: str, options):
-    """Jitted (params, state, seed, game, decision) -> the searched action."""
-
-    def searched(params, state, seed, game, decision):
-        found = search_lib.search_named(
-            rules,
-            options,
-            "average_strategy",
-            params,
-            state,
-            seed,
-            game,
-            decision,
-            spec=spec,
-            draws=draws,
-        )
-        return found.action
-
-    return jax.jit(searched)
-
-
 @dataclasses.dataclass
 class _Session:
     """One game and what its page needs."""
@@ -290,17 +268,23 @@ class GameStore:
     def _agent_action(self, session: _Session, state) -> tuple[int, float]:
         probs = self._policy(session, state)
         if session.view == "search":
-            fn = _search_fn(self.rules, self.spec, self.draws, self.search_options)
-            game = 2 * session.deal + 1 - session.human  # the evaluation's id: agent's seat
-            action = int(
-                fn(
-                    session.params,
-                    state,
-                    np.uint32(session.seed),
-                    np.uint32(game),
-                    np.int32(session.decision),
-                )
+            fn = search_lib.jitted_search(
+                self.rules,
+                self.search_options,
+                "average_strategy",
+                self.spec,
+                self.fallback,
+                self.draws,
             )
+            game = 2 * session.deal + 1 - session.human  # the evaluation's id: agent's seat
+            found = fn(
+                session.params,
+                state,
+                np.uint32(session.seed),
+                np.uint32(game),
+                np.int32(session.decision),
+            )
+            action = int(found.action)
         else:
             mask = np.asarray(self._view(state)[0])
             action = int(np.argmax(np.where(mask, probs, -1.0)))
