@@ -84,12 +84,12 @@ def margins(row: dict, views, opponents) -> dict:
     }
 
 
-def fit_margins(trainer, state, fits, opponents, games, seed) -> dict:
+def fit_margins(trainer, state, own, fits, opponents, games, seed) -> dict:
     """{opponent: {margins, stderrs, mean, low, high}} of `fits` draws of the strategy
-    fit at `state` (its own first, `state` holding it), on the same deals."""
-    params = [state.strategy_params]
-    params += [trainer.strategy_refit(state, draw) for draw in range(1, fits)]
-    rows = [
+    fit at `state`: its own first (`own`, the view's margins already played), then the
+    refits on the same deals."""
+    refits = [trainer.strategy_refit(state, draw) for draw in range(1, fits)]
+    rows = [own] + [
         margins(
             evaluate(
                 trainer.rules,
@@ -103,7 +103,7 @@ def fit_margins(trainer, state, fits, opponents, games, seed) -> dict:
             ("average_strategy",),
             opponents,
         )["average_strategy"]
-        for p in params
+        for p in refits
     ]
     out = {}
     for opponent in opponents:
@@ -151,8 +151,9 @@ def train_and_measure(config, workdir, marks, views, opponents, games, fits=1) -
             "eval": margins(row, views, opponents),
         }
         if fits > 1 and "average_strategy" in views:
+            own = record["eval"]["average_strategy"]
             record["strategy_fits"] = fit_margins(
-                trainer, state, fits, opponents, games, config.evaluation.seed
+                trainer, state, own, fits, opponents, games, config.evaluation.seed
             )
         for mark in passed:
             left.remove(mark)
