@@ -32,6 +32,7 @@ LAYERS = {
     "web": 7,
     "main": 8,
     "evaluate": 8,
+    "export": 8,
     "play": 8,
     "report": 8,
     "serve": 8,

@@ -117,3 +117,24 @@ def test_errors_name_the_file(torch_run, tmp_path):
     (wider / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"step_00000001 does not match .*config\.json"):
         load_saved_networks(wider)
+
+
+def test_an_exported_agent_plays_as_its_run_and_is_never_resumed(torch_run, tmp_path):
+    from lc_cfr.export import export_agent
+    from lc_cfr.train.checkpoint import NetworksOnly
+
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint of iteration 5"):
+        export_agent(torch_run, tmp_path / "none", 5)
+    assert not (tmp_path / "none").exists()
+    agent = tmp_path / "agent"
+    step = export_agent(torch_run, agent)
+    assert not (step / "state").exists()
+    saved, original = load_saved_networks(agent), load_saved_networks(torch_run)
+    assert saved.iteration == original.iteration and saved.spec == original.spec
+    chex.assert_trees_all_equal(saved.policy_views(), original.policy_views())
+    before = {p: p.read_bytes() for p in agent.rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError, match="--out: .*agent exists and is not empty"):
+        export_agent(torch_run, agent)
+    with pytest.raises(NetworksOnly, match="exported agent's networks only"):
+        Trainer(_torch_config(), agent).run()
+    assert {p: p.read_bytes() for p in agent.rglob("*") if p.is_file()} == before

@@ -41,6 +41,8 @@ from orbax.checkpoint import type_handlers
 
 CHECKSUMS = "checksums"  # checkpoints/checksums/step_N.json: the state item's CRCs
 FORMAT = "lc_cfr/orbax-1"
+# meta key of a checkpoint that `lc_cfr.export` wrote: its networks only, named by source
+EXPORTED_FROM = "exported_from"
 _LEGACY = re.compile(r"^ckpt_(\d{8})$")
 
 
@@ -70,6 +72,10 @@ class CheckpointWriteError(OSError):
 
 class CheckpointMismatch(ValueError):
     """A checkpoint that reads whole but does not hold what the config describes."""
+
+
+class NetworksOnly(ValueError):
+    """An exported agent's checkpoint (`lc_cfr.export`): it is played, never resumed."""
 
 
 class _QuietOrbax:
@@ -329,6 +335,7 @@ class CheckpointStore:
         Raises:
             FileNotFoundError: naming the step, when it is not there.
             DamagedCheckpoint: naming the file or item, when it cannot be read whole.
+            NetworksOnly: an exported agent's step, asked for more than its networks.
         """
         path = self.path(step)
         if not path.is_dir():
@@ -339,6 +346,12 @@ class CheckpointStore:
             meta = json.loads((path / "meta" / "metadata").read_text())
         except (OSError, ValueError) as error:
             raise DamagedCheckpoint(f"{path / 'meta'} is damaged: {error}") from error
+        if not networks_only and EXPORTED_FROM in meta:
+            raise NetworksOnly(
+                f"{path} holds an exported agent's networks only (from "
+                f"{meta[EXPORTED_FROM]}): evaluate or play it; training resumes the run "
+                "it came from"
+            )
         items = ("networks",) if networks_only else ("networks", "state")
         arrays = {}
         for item in items:

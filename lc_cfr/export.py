@@ -1,0 +1,110 @@
+"""Exports a trained agent: one checkpoint's networks, without the run's memories.
+
+    python -m lc_cfr.export --workdir=RUN [--checkpoint=STEP] --out=AGENT
+
+A run directory holds what training needs to resume (per checkpoint about 110 MB of
+memories and optimizer states on the default config) beside what play needs (the
+networks, 4 MB). AGENT is a directory that evaluation and play read as they read a run
+(`lc_cfr.evaluate --workdir=AGENT`, `lc_cfr.play --workdir=AGENT`, `lc_cfr.serve`, the
+OpenSpiel bots, search): RUN/config.json and checkpoint STEP with its `networks` and
+`meta` items only, the networks checked against their checksums before anything is
+written. Its meta names the source (`exported_from`); training refuses to resume it with
+one line (`checkpoint.NetworksOnly`) rather than call it damaged.
+
+The checkpoint should hold its own average-strategy fit (with
+`optimization.strategy_train_when=read` the kept checkpoints and the last one do); one
+that holds an earlier iteration's is exported with a warning that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import sys
+
+from absl import app, flags
+
+from lc_cfr.train import checkpoint
+from lc_cfr.train.saved_networks import load_saved_networks
+
+# What an exported checkpoint keeps of a step directory (orbax's files and two items).
+KEPT = ("_CHECKPOINT_METADATA", "commit_success.txt", "networks", "meta")
+
+
+def export_agent(
+    workdir: str | os.PathLike, out: str | os.PathLike, iteration: int | None = None
+) -> pathlib.Path:
+    """Writes checkpoint `iteration` (the latest if None) of run `workdir` as an agent
+    directory `out`; returns the exported step's directory.
+
+    Raises:
+        FileExistsError: `out` exists and is not an empty directory (nothing is touched).
+        FileNotFoundError, ValueError: as `load_saved_networks`, for a missing run or
+            checkpoint, or networks that fail their checksums.
+    """
+    out = pathlib.Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"--out: {out} exists and is not empty; name a new directory")
+    saved = load_saved_networks(workdir, iteration)  # a readable run and checkpoint
+    source = pathlib.Path(workdir)
+    store = checkpoint.CheckpointStore(source / "checkpoints", read_only=True)
+    try:
+        step_dir = store.path(saved.iteration)
+    finally:
+        store.close()
+    if step_dir.name.startswith("ckpt_"):
+        raise ValueError(
+            f"{step_dir} is of the format before orbax: resume the run once to save it anew"
+        )
+    created = not out.exists()
+    target = out / "checkpoints" / step_dir.name
+    try:
+        target.mkdir(parents=True)
+        for name in KEPT:
+            if (step_dir / name).is_dir():
+                shutil.copytree(step_dir / name, target / name)
+            elif (step_dir / name).exists():
+                shutil.copy2(step_dir / name, target / name)
+        meta_path = target / "meta" / "metadata"
+        meta = json.loads(meta_path.read_text())
+        meta[checkpoint.EXPORTED_FROM] = str(source.absolute())
+        meta_path.write_text(json.dumps(meta))
+        shutil.copy2(source / "config.json", out / "config.json")
+        # The copy, read back against the networks' checksums (a training run may have
+        # replaced its latest step while it was copied).
+        load_saved_networks(out, saved.iteration)
+    except BaseException:
+        shutil.rmtree(out if created else out / "checkpoints", ignore_errors=True)
+        (out / "config.json").unlink(missing_ok=True)
+        raise
+    return target
+
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory to export from.")
+_CHECKPOINT = flags.DEFINE_integer("checkpoint", None, "Iteration to export (default: latest).")
+_OUT = flags.DEFINE_string("out", None, "New directory for the agent.")
+
+
+def main(argv) -> None:
+    del argv
+    if not _WORKDIR.value or not _OUT.value:
+        sys.exit("--workdir and --out are required")
+    try:
+        target = export_agent(_WORKDIR.value, _OUT.value, _CHECKPOINT.value)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        sys.exit(f"error: {error}")
+    saved = load_saved_networks(_OUT.value)
+    note = saved.strategy_note()
+    if note:
+        print(f"warning: {note}")
+    size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+    print(
+        f"exported iteration {saved.iteration} of {_WORKDIR.value} to {_OUT.value} "
+        f"({size / 2**20:.1f} MiB); play it with --workdir={_OUT.value}"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
