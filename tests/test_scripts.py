@@ -189,3 +189,24 @@ def test_time_to_strength_evaluates_at_the_marks_and_refuses_an_old_run(tmp_path
         with pytest.raises(subprocess.CalledProcessError) as failure:
             _script("time_to_strength.py", *args[:1], f"--workdir={where}", *bad)
         assert message in failure.value.stderr
+
+
+@pytest.mark.slow
+def test_search_pairs_holds_k1_equal_to_the_raw_blueprint(best_response_run, tmp_path):
+    out = tmp_path / "pairs.json"
+    done = _script(
+        "search_pairs.py",
+        f"--workdir={best_response_run}",
+        "--settings=raw,2:1:0",
+        "--opponent=passive_discard",
+        "--games=8",
+        f"--json={out}",
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["setting"] for row in rows] == ["raw", "2:1:0"]
+    # one candidate is the blueprint's own move: the same games, deal for deal
+    assert rows[1]["difference"] == 0.0 and rows[1]["difference_stderr"] == 0.0
+    assert rows[1]["mean"] == rows[0]["mean"] and "vs raw:  +0.00 +- 0.00" in done.stdout
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("search_pairs.py", f"--workdir={best_response_run}", "--settings=raw,0:4:2")
+    assert "--settings determinizations must be an int >= 1" in failure.value.stderr

@@ -1,0 +1,131 @@
+"""Search settings compared on the same deals: the paired difference, not two noisy means.
+
+Two search settings over one blueprint play the same mirrored deals against one bot and
+mostly the same moves, so their margins are strongly correlated and the difference of
+two independent means (each +- 1.2 points over 500 deals against `safe_heuristic`)
+hides effects of a few points that the per-deal difference shows. For each setting
+(`raw` is the blueprint's own greedy play; `D:k:c[:rollout]` a search with D worlds, k
+candidates (0 = all) and prior weight c) the script plays `--games` games against
+`--opponent` on the evaluation deals of `--seed`, and prints the mean margin +- standard
+error and the mean per-deal difference to the first setting +- its standard error
+(a deal's margin: the mean of its two seats), with the seconds each took.
+
+    .venv/bin/python scripts/search_pairs.py --workdir RUN [--checkpoint N] \\
+        --settings raw,16:4:2,16:4:0.5,16:0:2 [--opponent safe_heuristic] \\
+        [--games 200] [--seed 20261130] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lc_cfr import compile_cache  # noqa: E402
+from lc_cfr import search as search_lib  # noqa: E402
+from lc_cfr.eval import games as eval_games  # noqa: E402
+from lc_cfr.train.saved_networks import load_saved_networks  # noqa: E402
+
+RAW = "raw"
+
+
+def parse_setting(text: str) -> search_lib.SearchOptions | None:
+    """None for `raw`, else the SearchOptions of `D:k:c[:rollout]`; SystemExit naming it."""
+    if text == RAW:
+        return None
+    parts = text.split(":")
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError("expected D:k:c or D:k:c:rollout")
+        rollout = parts[3] if len(parts) == 4 else "greedy"
+        return search_lib.SearchOptions(int(parts[0]), int(parts[1]), float(parts[2]), rollout)
+    except ValueError as error:
+        raise SystemExit(f"--settings: {text!r}: {error}") from error
+
+
+def deal_margins(result: eval_games.PlayResult) -> np.ndarray:
+    """[deals] float64: each deal's margin, the mean of its two seats."""
+    return result.records.margin.astype(np.float64).mean(axis=0)
+
+
+def stderr(values: np.ndarray) -> float:
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", required=True, help="run or exported agent")
+    parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
+    parser.add_argument("--view", default="average_strategy", help="the blueprint view")
+    parser.add_argument("--settings", default="raw,16:4:2", help="raw or D:k:c[:rollout]")
+    parser.add_argument("--opponent", default="safe_heuristic")
+    parser.add_argument("--games", type=int, default=200, help="even: games / 2 deals")
+    parser.add_argument("--seed", type=int, default=20261130, help="evaluation seed")
+    parser.add_argument("--json", help="write the per-deal margins and summaries here")
+    args = parser.parse_args()
+    compile_cache.enable(compile_cache.directory())
+
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    if len(settings) < 2:
+        raise SystemExit("--settings: name at least two settings to compare")
+    options = [parse_setting(s) for s in settings]
+    saved = load_saved_networks(args.workdir, args.checkpoint)
+    params = saved.policy_views().get(args.view)
+    if args.view not in search_lib.BLUEPRINT_VIEWS or params is None:
+        raise SystemExit(f"--view must be one of {list(search_lib.BLUEPRINT_VIEWS)}")
+    fallback = saved.config.regret_matching.all_negative_fallback
+    draws = saved.config.draws
+    for option in options:
+        if option is not None:
+            try:
+                search_lib.check_options(option, saved.rules, prefix="--settings ")
+            except ValueError as error:
+                raise SystemExit(str(error)) from error
+
+    rows, margins = [], []
+    for text, option in zip(settings, options, strict=True):
+        agent = eval_games.network_agent(args.view, "greedy", fallback, draws, search=option)
+        start = time.perf_counter()
+        result = eval_games.play(
+            saved.rules, saved.spec, agent, args.opponent, params, games=args.games, seed=args.seed
+        )
+        seconds = time.perf_counter() - start
+        per_deal = deal_margins(result)
+        margins.append(per_deal)
+        diff = per_deal - margins[0]
+        row = {
+            "setting": text,
+            "mean": float(per_deal.mean()),
+            "stderr": stderr(per_deal),
+            "difference": float(diff.mean()),
+            "difference_stderr": stderr(diff),
+            "seconds": seconds,
+        }
+        rows.append(row)
+        print(
+            f"{text:>16}  {row['mean']:+7.2f} +- {row['stderr']:.2f}   vs {settings[0]}: "
+            f"{row['difference']:+6.2f} +- {row['difference_stderr']:.2f}   {seconds:7.1f} s",
+            flush=True,
+        )
+    if args.json:
+        document = {
+            "workdir": str(args.workdir),
+            "checkpoint": saved.iteration,
+            "view": args.view,
+            "opponent": args.opponent,
+            "games": args.games,
+            "seed": args.seed,
+            "rows": rows,
+            "deal_margins": {s: m.tolist() for s, m in zip(settings, margins, strict=True)},
+        }
+        Path(args.json).write_text(json.dumps(document, indent=1))
+
+
+if __name__ == "__main__":
+    main()
