@@ -10,6 +10,7 @@
     python -m lc_cfr.evaluate --workdir=RUN --views=average_strategy,search \
         [--search_blueprint=average_strategy] [--search_determinizations=D] \
         [--search_candidates=K] [--search_prior_weight=C] [--search_rollout=greedy]
+        [--search_stderr_weight=Z]
     python -m lc_cfr.evaluate --agent=safe_heuristic --views=search ...
 
 With --workdir the run's config is read from RUN/config.json and the networks of
@@ -501,7 +502,7 @@ def _main(argv):
         print(
             f"search over {s['blueprint']}: {s['determinizations']} determinizations, "
             f"{s['candidates'] or 'all'} candidates, prior weight {s['prior_weight']}, "
-            f"{s['rollout']} rollouts"
+            f"stderr weight {s['stderr_weight']}, {s['rollout']} rollouts"
         )
     if "average_strategy" in request.views and "strategy_iteration" in document:
         from lc_cfr.train.saved_networks import strategy_note

@@ -3,7 +3,8 @@
     python -m lc_cfr.play --workdir=RUN [--checkpoint=N] [--seat=0|1] [--deal=G]
                           [--mode=greedy|sampled] [--seed=S]
                           [--search [--search_determinizations=D] [--search_candidates=K]
-                           [--search_prior_weight=C] [--search_rollout=greedy|sampled]]
+                           [--search_prior_weight=C] [--search_rollout=greedy|sampled]
+                           [--search_stderr_weight=Z]]
 
 The agent is the average-strategy network of checkpoint N of the run (the latest by
 default). The config is rebuilt from RUN/config.json. The deal is game G of the shared

@@ -349,7 +349,7 @@ def render(report: dict, *, all_fields: bool = False) -> str:
             lines.append(
                 f"    search over {search['blueprint']}: D={search['determinizations']}, "
                 f"k={search['candidates'] or 'all'}, c={search['prior_weight']}, "
-                f"{search['rollout']} rollouts"
+                f"z={search.get('stderr_weight', 0.0)}, {search['rollout']} rollouts"
             )
         for pair, figures in sorted(document["pairs"].items()):
             lines.append(f"    {pair:<38} {figures['margin']:+7.2f} +- {figures['stderr']:4.2f}")

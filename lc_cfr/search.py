@@ -4,11 +4,14 @@ At a decision of the searching player: D worlds it cannot tell from the real one
 (`lc_cfr.game.determinize`, the chance posterior of its information state); the k most
 probable legal actions of the blueprint; every candidate played in every world and the
 game finished by the blueprint on both seats; the candidate of the best mean final margin
-plus c * log pi(a) is played. This is Monte Carlo determinization as in GIB (Ginsberg
-2001, "GIB: Imperfect Information in a Computationally Challenging Game") with the
-rollouts of policy improvement by Monte Carlo search (Tesauro and Galperin 1996, "On-line
-Policy Improvement using Monte-Carlo Search"); the prior term keeps the blueprint's
-choice unless the rollouts' evidence beats their noise.
+plus c * log pi(a), less z standard errors of its paired difference to the blueprint's
+first choice, is played. This is Monte Carlo determinization as in GIB (Ginsberg 2001,
+"GIB: Imperfect Information in a Computationally Challenging Game") with the rollouts of
+policy improvement by Monte Carlo search (Tesauro and Galperin 1996, "On-line Policy
+Improvement using Monte-Carlo Search"); the prior term and the paired one keep the
+blueprint's choice unless the rollouts' evidence beats their noise (the first prices a
+deviation by how unlikely the blueprint finds it, the second by how noisy the worlds'
+verdict on it is).
 
 Common random numbers: every candidate meets the same D worlds, and at rollout decision
 t of world d every candidate's lane draws the same random words (keyed by (d, t), never
@@ -59,11 +62,14 @@ class SearchOptions(NamedTuple):
     candidates: int = 4  # k: the blueprint's most probable legal actions tried; 0 = all
     prior_weight: float = 2.0  # c: points per unit of log pi'(a) added to a mean margin
     rollout: str = "greedy"  # ROLLOUT_MODES: how the blueprint plays the rollouts
+    # z: points per standard error of a candidate's per-world margin difference to the
+    # blueprint's first choice, taken off its score (`paired_stderr`); 0 = off
+    stderr_weight: float = 0.0
 
 
 def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--search_") -> None:
     """Raises ValueError naming the option (`prefix` + field) of a bad value."""
-    d, k, c = options.determinizations, options.candidates, options.prior_weight
+    d, k = options.determinizations, options.candidates
     if not isinstance(d, int) or isinstance(d, bool) or d < 1:
         raise ValueError(f"{prefix}determinizations must be an int >= 1, got {d!r}")
     if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= rules.num_actions:
@@ -71,8 +77,10 @@ def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--sear
             f"{prefix}candidates must be an int in [0, {rules.num_actions}] (the game's "
             f"action count; 0 = every legal action), got {k!r}"
         )
-    if not isinstance(c, int | float) or isinstance(c, bool) or not c >= 0:
-        raise ValueError(f"{prefix}prior_weight must be a number >= 0, got {c!r}")
+    for name in ("prior_weight", "stderr_weight"):
+        value = getattr(options, name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
+            raise ValueError(f"{prefix}{name} must be a number >= 0, got {value!r}")
     if options.rollout not in ROLLOUT_MODES:
         raise ValueError(
             f"{prefix}rollout must be one of {list(ROLLOUT_MODES)}, got {options.rollout!r}"
@@ -109,6 +117,13 @@ def define_flags(flag_values=None) -> dict:
             "search_rollout",
             default.rollout,
             f"Search: how the blueprint plays the rollouts ({' | '.join(ROLLOUT_MODES)}).",
+            **where,
+        ),
+        "stderr_weight": flags.DEFINE_float(
+            "search_stderr_weight",
+            default.stderr_weight,
+            "Search: points per standard error of a candidate's paired difference to the "
+            "blueprint's first choice, taken off its score (0 = off).",
             **where,
         ),
     }
@@ -194,7 +209,7 @@ class SearchResult(NamedTuple):
     candidates: jax.Array  # [K] int32 the actions tried, most probable first
     tried: jax.Array  # [K] bool the slot holds a legal action (k may exceed the legal count)
     margins: jax.Array  # [K, D] float32 the searcher's final margin in each world, points
-    scores: jax.Array  # [K] float32 mean margin + c log pi'(a); -inf where not tried
+    scores: jax.Array  # [K] float32 mean margin + c log pi'(a) - z stderr; -inf where not tried
     policy: jax.Array  # [A] float32 the blueprint at the real state
 
 
@@ -209,6 +224,22 @@ def candidates(policy: jax.Array, mask: jax.Array, count: int) -> tuple[jax.Arra
     key = jnp.where(mask, policy, -1.0)
     order = jnp.argsort(-key, stable=True)[:count].astype(jnp.int32)
     return order, jnp.arange(count) < jnp.sum(mask)
+
+
+def paired_stderr(margins: jax.Array) -> jax.Array:
+    """[K] float32: the standard error of each candidate's mean margin difference to the
+    first candidate's (the blueprint's most probable action), over the D worlds; 0 for the
+    first and with one world.
+
+    With common random numbers the worlds' differences are paired, so this measures the
+    evidence for a deviation far more finely than the two means' own errors: the
+    difference a world shows is what the candidate's action changed there.
+    """
+    d = margins.shape[1]
+    if d < 2:
+        return jnp.zeros(margins.shape[:1], jnp.float32)
+    difference = margins - margins[:1]
+    return jnp.std(difference, axis=1, ddof=1) / jnp.sqrt(jnp.float32(d))
 
 
 def rollout_margins(
@@ -302,6 +333,8 @@ def search(
     legal = jnp.sum(mask, dtype=jnp.float32)
     mixed = (1.0 - PRIOR_UNIFORM_SHARE) * policy[actions] + PRIOR_UNIFORM_SHARE / legal
     scores = jnp.mean(margins, axis=1) + jnp.float32(options.prior_weight) * jnp.log(mixed)
+    if options.stderr_weight:  # static: the default compiles no extra work
+        scores = scores - jnp.float32(options.stderr_weight) * paired_stderr(margins)
     scores = jnp.where(tried, scores, -jnp.inf)
     best = jnp.argmax(scores)
     return SearchResult(actions[best], actions, tried, margins, scores, policy)

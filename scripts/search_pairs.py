@@ -4,8 +4,8 @@ Two search settings over one blueprint play the same mirrored deals against one 
 mostly the same moves, so their margins are strongly correlated and the difference of
 two independent means (each +- 1.2 points over 500 deals against `safe_heuristic`)
 hides effects of a few points that the per-deal difference shows. For each setting
-(`raw` is the blueprint's own greedy play; `D:k:c[:rollout]` a search with D worlds, k
-candidates (0 = all) and prior weight c) the script plays `--games` games against
+(`raw` is the blueprint's own greedy play; `D:k:c[:z[:rollout]]` a search with D worlds, k
+candidates (0 = all), prior weight c and stderr weight z) the script plays `--games` games against
 `--opponent` on the evaluation deals of `--seed`, and prints the mean margin +- standard
 error and the mean per-deal difference to the first setting +- its standard error
 (a deal's margin: the mean of its two seats), with the seconds each took.
@@ -36,15 +36,18 @@ RAW = "raw"
 
 
 def parse_setting(text: str) -> search_lib.SearchOptions | None:
-    """None for `raw`, else the SearchOptions of `D:k:c[:rollout]`; SystemExit naming it."""
+    """None for `raw`, else the SearchOptions of `D:k:c[:z[:rollout]]`; SystemExit naming it."""
     if text == RAW:
         return None
     parts = text.split(":")
     try:
-        if len(parts) not in (3, 4):
-            raise ValueError("expected D:k:c or D:k:c:rollout")
-        rollout = parts[3] if len(parts) == 4 else "greedy"
-        return search_lib.SearchOptions(int(parts[0]), int(parts[1]), float(parts[2]), rollout)
+        if len(parts) not in (3, 4, 5):
+            raise ValueError("expected D:k:c, D:k:c:z or D:k:c:z:rollout")
+        z = float(parts[3]) if len(parts) > 3 else 0.0
+        rollout = parts[4] if len(parts) == 5 else "greedy"
+        return search_lib.SearchOptions(
+            int(parts[0]), int(parts[1]), float(parts[2]), rollout, stderr_weight=z
+        )
     except ValueError as error:
         raise SystemExit(f"--settings: {text!r}: {error}") from error
 
@@ -63,7 +66,7 @@ def main() -> None:
     parser.add_argument("--workdir", required=True, help="run or exported agent")
     parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
     parser.add_argument("--view", default="average_strategy", help="the blueprint view")
-    parser.add_argument("--settings", default="raw,16:4:2", help="raw or D:k:c[:rollout]")
+    parser.add_argument("--settings", default="raw,16:4:2", help="raw or D:k:c[:z[:rollout]]")
     parser.add_argument("--opponent", default="safe_heuristic")
     parser.add_argument("--games", type=int, default=200, help="even: games / 2 deals")
     parser.add_argument("--seed", type=int, default=20261130, help="evaluation seed")

@@ -212,6 +212,35 @@ def test_search_with_one_candidate_plays_the_blueprint():
     assert records[0].decisions.min() > 4
 
 
+def test_the_paired_stderr_prices_noisy_deviations():
+    """stderr_weight z takes z standard errors of a candidate's per-world difference to the
+    blueprint's first choice off its score: a steady gain in every world costs nothing,
+    the same mean gain from one lucky world costs z times its error."""
+    margins = jnp.array([[0.0, 10.0, -10.0, 0.0], [2.0, 12.0, -8.0, 2.0], [8.0, 10.0, -10.0, 0.0]])
+    se = np.asarray(search.paired_stderr(margins))
+    np.testing.assert_allclose(se, [0.0, 0.0, np.std([8, 0, 0, 0], ddof=1) / 2], rtol=1e-6)
+    assert float(search.paired_stderr(margins[:, :1]).sum()) == 0.0  # one world: no error
+
+    options = search.SearchOptions(determinizations=8, candidates=3, prior_weight=1.0)
+    options = options._replace(stderr_weight=2.0)
+    blueprint = search.network_blueprint(RULES, SPEC, "average_strategy", _params(0))
+    found = jax.jit(lambda s, m: search.search(RULES, options, blueprint, s, m, SEED, 2, 4))
+    for _, _, states in _random_histories(RULES, deals=3, depths=(2, 7)):
+        state = states[-1]
+        result = found(state, engine.legal_action_mask(RULES, state))
+        m = np.asarray(result.margins, np.float64)
+        legal = float(np.asarray(engine.legal_action_mask(RULES, state)).sum())
+        pi = np.asarray(result.policy, np.float64)[np.asarray(result.candidates)]
+        mixed = (1 - search.PRIOR_UNIFORM_SHARE) * pi + search.PRIOR_UNIFORM_SHARE / legal
+        diff = m - m[:1]
+        expected = m.mean(1) + np.log(mixed) - 2.0 * diff.std(1, ddof=1) / np.sqrt(8)
+        tried = np.asarray(result.tried)
+        np.testing.assert_allclose(
+            np.asarray(result.scores)[tried], expected[tried], rtol=1e-4, atol=1e-3
+        )
+        assert int(result.action) == int(np.asarray(result.candidates)[np.argmax(result.scores)])
+
+
 def test_search_over_sd_cfr_with_one_candidate_plays_its_snapshots():
     """The sd_cfr blueprint: each block of deals searches over its snapshot's regret
     matching; with one candidate the search plays the sd_cfr view's games."""
@@ -276,6 +305,7 @@ def test_openspiel_search_player_plays_the_lockstep_games(random_search):
         ({"candidates": RULES.num_actions + 1}, "--search_candidates"),
         ({"candidates": -1}, "--search_candidates"),
         ({"prior_weight": -1.0}, "--search_prior_weight"),
+        ({"stderr_weight": -0.5}, "--search_stderr_weight"),
         ({"rollout": "wide"}, "--search_rollout"),
     ],
 )
