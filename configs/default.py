@@ -105,6 +105,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # expanded: every decision a game reaches can be expanded, however long it runs)
     config.traversal.expand_at = "path"
     config.traversal.path_epsilon = 0.2  # sampled, path: uniform mix of the traverser on the path
+    # path: how many of the path's choices a traversal expands (distinct, uniform; after
+    # each, the path goes on from that node to the next). One scouting pass and one pass
+    # down the path then yield this many advantage samples; strategy and value samples
+    # come from the first expansion's trajectory only (lc_cfr.traversal.api.path_choices)
+    config.traversal.path_expansions = 1
     # sampled, path: value the children of an expanded node by the history value network
     # at the traverser's first decision this many decisions below it (ESCHER-style leaves,
     # lc_cfr.traversal.api.leaf_point) instead of playing them out; the child sigma picks

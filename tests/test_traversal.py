@@ -149,6 +149,8 @@ def test_options_are_validated_naming_the_field():
         ),
         (dict(leaf_targets="playouts"), "traversal.leaf_targets"),
         (dict(draws="piles"), "draws must be one of"),
+        (dict(sampling_mode="external", expand_at="path", path_expansions=0), "path_expansions"),
+        (dict(sampling_mode="external", expand_at="sampled", path_expansions=2), "path_expansions"),
     ]
     for overrides, field in bad:
         lanes = overrides.pop("lanes", LANES)
@@ -165,6 +167,24 @@ def test_options_are_validated_naming_the_field():
                 traverser=0,
                 schedule=schedule,
             )
+
+
+def test_path_choices_are_distinct_and_uniform_over_subsets():
+    """api.path_choices: min(count, choices) distinct choices in increasing order, -1
+    past them; the first draw is path_choice's (one expansion is what it always was);
+    every subset of a size equally likely (4000 games, 10 subsets of 2 among 5: each
+    within 5 standard deviations of 400)."""
+    games = np.arange(4000)
+    drawn = np.asarray(api.path_choices(7, 3, games, 5, 2))
+    assert (drawn[:, 0] < drawn[:, 1]).all() and drawn.min() >= 0 and drawn.max() <= 4
+    first = np.asarray(api.path_choice(7, 3, games, 5))
+    assert ((drawn[:, 0] == first) | (drawn[:, 1] == first)).all()
+    one = np.asarray(api.path_choices(7, 3, games, 5, 1))[:, 0]
+    np.testing.assert_array_equal(one, first)
+    _, counts = np.unique(drawn[:, 0] * 5 + drawn[:, 1], return_counts=True)
+    assert len(counts) == 10 and np.abs(counts - 400).max() < 5 * np.sqrt(400 * 0.9)
+    few = np.asarray(api.path_choices(7, 3, np.arange(3), np.array([0, 1, 2]), 3))
+    np.testing.assert_array_equal(few, [[-1, -1, -1], [0, -1, -1], [0, 1, -1]])
 
 
 def test_sampled_expansions_reach_every_phase_of_the_game():

@@ -220,7 +220,10 @@ TRAVERSAL_CASES = {
         lanes=2,
     ),
     # ---- external sampling expanded at one of a scouted path's choices (jax only)
-    "external_path_depth1": _C(dict(_EXTERNAL, expand_at="path", max_depth=1), lanes=3),
+    # three of the path's choices (fewer on the tiny variant's short paths)
+    "external_path_depth1_expansions3": _C(
+        dict(_EXTERNAL, expand_at="path", max_depth=1, path_expansions=3), lanes=3
+    ),
     "external_path_bot_cutoff_rollouts_eps": _C(
         dict(
             _EXTERNAL,
@@ -239,6 +242,19 @@ TRAVERSAL_CASES = {
     "external_sampled_leaves": _C(
         dict(_EXTERNAL, expand_at="sampled", max_depth=1, leaf_decisions=2, leaf_check_share=0.5),
         lanes=3,
+    ),
+    "external_path_leaves_expansions2_eps": _C(
+        dict(
+            _EXTERNAL,
+            expand_at="path",
+            max_depth=1,
+            path_epsilon=0.3,
+            leaf_decisions=2,
+            leaf_check_share=0.5,
+            path_expansions=2,
+        ),
+        lanes=3,
+        schedule="one_mover",
     ),
     "external_path_leaves_depth2_eps_leaf_targets": _C(
         dict(

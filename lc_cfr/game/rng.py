@@ -34,6 +34,7 @@ class Purpose(enum.IntEnum):
     DETERMINIZE = 8  # search: the worlds a searching player imagines
     SEARCH_ROLLOUT = 9  # search: the blueprint's sampled moves in its rollouts
     SEARCH_NOISE = 10  # search: the words a bot blueprint keys its noise with
+    PATH_CHOICE = 11  # traversal: the further choices of a path that are expanded
 
 
 def _rotl(x, r):

@@ -77,6 +77,7 @@ ADDED_FIELDS = {
     "traversal.leaf_decisions": 0,
     "traversal.leaf_check_share": 0.1,
     "traversal.leaf_targets": "mixed",
+    "traversal.path_expansions": 1,
     "draws": "any",
     "optimization.advantage_holdout": 0.0,
     "optimization.strategy_init": "warm_start",

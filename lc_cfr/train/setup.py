@@ -239,6 +239,7 @@ def options_from_config(config) -> api.TraversalOptions:
         leaf_check_share=float(t.leaf_check_share),
         leaf_targets=t.leaf_targets,
         draws=config.draws,
+        path_expansions=t.path_expansions,
     )
 
 

@@ -34,6 +34,8 @@ EXPANSION_POINTS = ("root", "sampled", "path")  # external: where the expanded s
 # expand_at="path" draws one of a path's traverser choices (at most max_turns + 1) with
 # rng.below, which takes at most this many outcomes
 MAX_PATH_CHOICES = 256
+# traversal.path_expansions: the most choices one path expands (each a frame of the lanes)
+MAX_PATH_EXPANSIONS = 8
 # traversal.lockstep_schedule, how external sampling's steps forward (outcome sampling's
 # lanes share the mover by construction): `all_lanes` decides in every lane each step,
 # evaluating both players' networks on all of them; `one_mover` decides in at most half
@@ -84,6 +86,8 @@ class TraversalOptions(NamedTuple):
     # LEAF_TARGETS: what values the child sigma picks in the advantage target
     leaf_targets: str = "mixed"
     draws: str = "any"  # policy.DRAWS: the pile draws the agent's policies may take
+    # expand_at='path': distinct choices of the path expanded per traversal (`path_choices`)
+    path_expansions: int = 1
 
 
 def validate_options(options: TraversalOptions, rules: Rules) -> None:
@@ -140,6 +144,16 @@ def validate_options(options: TraversalOptions, rules: Rules) -> None:
         raise ValueError("traversal.cutoff_rollouts must be >= 1 in rollouts mode")
     if options.utility_scale <= 0:
         raise ValueError(f"utility_scale must be > 0, got {options.utility_scale}")
+    e = options.path_expansions
+    if not isinstance(e, int) or isinstance(e, bool) or not 1 <= e <= MAX_PATH_EXPANSIONS:
+        raise ValueError(
+            f"traversal.path_expansions must be an int in 1..{MAX_PATH_EXPANSIONS}, got {e!r}"
+        )
+    if e > 1 and (options.sampling_mode != "external" or options.expand_at != "path"):
+        raise ValueError(
+            f"traversal.path_expansions={e} needs traversal.sampling_mode='external' and "
+            f"traversal.expand_at='path', got {options.sampling_mode!r}, {options.expand_at!r}"
+        )
     if options.expand_at == "path" and rules.max_turns + 1 > MAX_PATH_CHOICES:
         raise ValueError(
             f"traversal.expand_at='path' draws among at most {MAX_PATH_CHOICES} choices a "
@@ -365,6 +379,7 @@ def slots_per_traversal(rules: Rules, options: TraversalOptions) -> tuple[int, i
         per_path = rules.max_turns + 1  # decisions of one player on one path
         return per_path, per_path * (2 if options.strategy_samples == "both" else 1)
     expanded, _ = _expanded_tree(rules, options)
+    expanded *= options.path_expansions  # one expanded tree per expanded choice
     if options.expand_at != "root":
         # strategy samples along one on-policy trajectory (at most one player's
         # decisions of a whole game, both players' with `both`)
@@ -423,6 +438,38 @@ def path_choice(seed, iteration, game_index, choices):
     """
     bits = rng.random_bits(seed, iteration, game_index, 0, rng.Purpose.EXPLORE)
     return rng.below(bits, choices)
+
+
+def path_choices(seed, iteration, game_index, choices, count: int):
+    """expand_at='path' with `path_expansions` = count: which of a path's `choices` (0 to
+    MAX_PATH_CHOICES) traverser choices are expanded: min(count, choices) distinct ones,
+    uniform among the subsets of that size, [count] int32 in increasing order (the order
+    the path meets them), -1 past them (all -1 without a choice).
+
+    The first is `path_choice`'s draw (so count = 1 expands what it always did); the i-th
+    further one draws a rank r in [0, choices - i) with purpose PATH_CHOICE at counter i
+    and takes the r-th choice not yet drawn (a partial Fisher-Yates shuffle: every
+    ordered draw, hence every subset, is equally likely). A choice is therefore expanded
+    with probability min(count, choices) / choices: given the path, its choices get
+    samples alike, as with one expansion, and a traversal yields up to `count` advantage
+    samples for one scouting pass and one pass down the path.
+    """
+    choices = jnp.asarray(choices, jnp.int32)
+    n = jnp.maximum(choices, 1)
+    first = path_choice(seed, iteration, game_index, n).astype(jnp.int32)
+    drawn = [first]
+    for i in range(1, count):
+        bits = rng.random_bits(seed, iteration, game_index, i, rng.Purpose.PATH_CHOICE)
+        pick = rng.below(bits, jnp.maximum(n - i, 1)).astype(jnp.int32)
+        # the pick-th choice not drawn yet: step past each drawn one at or below it, in
+        # increasing order (each step can only move it past later drawn ones)
+        ordered = jnp.sort(jnp.stack(drawn, axis=-1), axis=-1)
+        for j in range(i):
+            pick = pick + (pick >= ordered[..., j])
+        drawn.append(pick)
+    picks = jnp.sort(jnp.stack(drawn, axis=-1), axis=-1)
+    valid = jnp.arange(count) < jnp.minimum(choices, count)[..., None]
+    return jnp.where(valid, picks, -1).astype(jnp.int32)
 
 
 class Backend(Protocol):

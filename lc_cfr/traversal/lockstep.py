@@ -65,7 +65,7 @@ from lc_cfr.traversal.api import (
     leaf_check_phase,
     leaf_check_sums,
     leaf_point,
-    path_choice,
+    path_choices,
     path_end_bin,
     slots_per_traversal,
     stats_to_metrics,
@@ -119,7 +119,11 @@ class _Position(NamedTuple):
     # plays the path from it once, then the lane restarts there in DECIDE)
     choices: jax.Array | None  # [L] int32 traverser choices (two or more legal actions)
     # met on the path so far
-    expand_choice: jax.Array | None  # [L] int32 the choice to expand, -1 if the path has none
+    expand_choice: jax.Array | None  # [L, E] int32 the choices to expand, increasing, -1
+    # past them (E = path_expansions; all -1 if the path has none)
+    expansion: jax.Array | None  # [L] int32 how many of them the lane has expanded
+    resumed: jax.Array | None  # [L] bool the path goes on past an expanded choice: no
+    # strategy or value samples (the first expansion's trajectory holds them)
     # leaf_decisions > 0 only (None otherwise):
     checked: jax.Array | None = None  # [L] bool every child of the traversal plays out
     past_leaf: jax.Array | None = None  # [L] bool the current child passed its leaf point
@@ -519,7 +523,11 @@ class _Traversals:
                 value=floats,
                 deal=blank if self.scouts else None,
                 choices=ints if self.scouts else None,
-                expand_choice=ints if self.scouts else None,
+                expand_choice=(
+                    jnp.zeros((L, options.path_expansions), jnp.int32) if self.scouts else None
+                ),
+                expansion=ints if self.scouts else None,
+                resumed=jnp.zeros((L,), jnp.bool_) if self.scouts else None,
                 **leaf_fields,
             ),
             frames=_Frames(
@@ -939,7 +947,7 @@ class _Traversals:
         deciding = position.mode == DECIDE
         on_path = top == 0
         a_choice = jnp.sum(node.mask, axis=1) >= 2
-        drawn = a_choice & (position.choices == position.expand_choice)
+        drawn = a_choice & (position.choices == self._next_choice(position))
         armed = ~on_path | drawn
         expand = (
             node.deciding & deciding & node.is_traverser & (top < self.options.max_depth) & armed
@@ -949,8 +957,15 @@ class _Traversals:
             behaviour=jnp.where((node.is_traverser & on_path)[:, None], explored, node.played),
             expand=expand,
             advantage=expand,
-            in_tree=position.on_trajectory & deciding,
+            in_tree=position.on_trajectory & deciding & ~position.resumed,
         )
+
+    def _next_choice(self, position: _Position):
+        """[L] int32 expand_at='path': the next choice to expand, -1 once none is left."""
+        count = self.options.path_expansions
+        index = jnp.minimum(position.expansion, count - 1)[:, None]
+        upcoming = jnp.take_along_axis(position.expand_choice, index, axis=1)[:, 0]
+        return jnp.where(position.expansion < count, upcoming, -1)
 
     # ----- recorders: what a decision leaves behind, per kind -----------------------
 
@@ -959,10 +974,14 @@ class _Traversals:
         path (scouted or played, not the expanded one) is one more choice."""
         position = lanes.position
         a_choice = jnp.sum(node.mask, axis=1) >= 2
-        counts = (
-            node.deciding & (lanes.frames.top == 0) & node.is_traverser & a_choice & ~choice.expand
+        on_path = node.deciding & (lanes.frames.top == 0) & node.is_traverser
+        counts = on_path & a_choice & ~choice.expand
+        return lanes._replace(
+            position=position._replace(
+                choices=position.choices + counts,
+                expansion=position.expansion + (on_path & choice.expand),
+            )
         )
-        return lanes._replace(position=position._replace(choices=position.choices + counts))
 
     def _record_advantage(self, lanes: _Lanes, node: _Node, choice: _Choice) -> _Lanes:
         """The information state of an advantage sample; its target comes once the node's
@@ -1059,6 +1078,8 @@ class _Traversals:
         takes), whose target its return sets (`path_value`)."""
         position = lanes.position
         goes_on = node.leaf & ~choice.stop
+        if self.scouts:  # the first expansion's trajectory holds the value samples
+            goes_on = goes_on & ~position.resumed
         slots = _take_slots(position.traversal, position.value_nodes, self.value_slots, goes_on)
         taken = jax.nn.one_hot(choice.action, self.rules.num_actions) > 0
         samples = _write_samples(
@@ -1147,22 +1168,42 @@ class _Traversals:
         path again from the deal, with the same random numbers."""
         position = lanes.position
         choices = position.choices
-        drawn = path_choice(
+        drawn = path_choices(
             self.seed,
             self.iteration,
             self.game_index(position.traversal),
-            jnp.maximum(choices, 1),
+            choices,
+            self.options.path_expansions,
         )
         position = position._replace(
             game=engine.tree_where(scouted, position.deal, position.game),
             mode=jnp.where(scouted, DECIDE, position.mode),
             draws=jnp.where(scouted, 0, position.draws),
             choices=jnp.where(scouted, 0, choices),
-            expand_choice=jnp.where(
-                scouted, jnp.where(choices > 0, drawn, -1), position.expand_choice
-            ),
+            expand_choice=jnp.where(scouted[:, None], drawn, position.expand_choice),
+            expansion=jnp.where(scouted, 0, position.expansion),
+            resumed=position.resumed & ~scouted,
         )
         return lanes._replace(position=position)
+
+    def resume_path(self, lanes: _Lanes, done):
+        """expand_at='path': a lane whose expanded choice returned (`done`) and that has
+        another choice to expand goes on down the path from that node, as the scouting pass
+        played it (the node's draw counter again, the traverser's path policy, the node now
+        one more choice); the others end their traversal. Returns (lanes, ended)."""
+        position, frames = lanes.position, lanes.frames
+        resume = done & (self._next_choice(position) >= 0)
+        node = jax.tree.map(lambda x: x[:, 0], frames.game)  # the path's expanded node
+        position = position._replace(
+            game=engine.tree_where(resume, node, position.game),
+            draws=jnp.where(resume, frames.draws[:, 0], position.draws),
+            mode=jnp.where(resume, DECIDE, position.mode),
+            on_trajectory=position.on_trajectory | resume,
+            resumed=position.resumed | resume,
+        )
+        if self.leaves:
+            position = position._replace(past_leaf=position.past_leaf & ~resume)
+        return lanes._replace(position=position), done & ~resume
 
     def path_value(self, lanes: _Lanes, ended, value) -> _Lanes:
         """A path ended with `value`: finish the traversal or hand the value up."""
@@ -1209,6 +1250,9 @@ class _Traversals:
         position, frames = lanes.position, lanes.frames
         returning = position.mode == RETURN
         done = returning & (frames.top == 0)
+        if self.scouts:  # more of the path's choices to expand: down the path again
+            lanes, done = self.resume_path(lanes, done)
+            position = lanes.position
         has_frame = returning & (frames.top > 0)
         index = jnp.maximum(frames.top - 1, 0)
         frame = _tree_index(frames._replace(top=None), index)

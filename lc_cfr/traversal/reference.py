@@ -36,7 +36,7 @@ from lc_cfr.traversal.api import (
     leaf_check_phase,
     leaf_check_sums,
     leaf_point,
-    path_choice,
+    path_choices,
     path_end_bin,
     uses_value_network,
     utility_factor,
@@ -233,6 +233,7 @@ class ReferenceTraversal:
         )
         state = self._init(rng.as_word(self.seed), self.game, rng.as_word(self.iteration))
         self.value_nodes = 0
+        self.resumed = False  # expand_at='path': the path goes on past an expanded choice
         if has_leaves(self.o):
             share = self.o.leaf_check_share
             self.checked = bool(leaf_check(self.seed, self.iteration, self.game, share))
@@ -314,7 +315,7 @@ class ReferenceTraversal:
             in_tree = expanded < self.o.max_depth
             # sampled expansions store strategy samples on the on-policy trajectory only
             if is_sampled_expansion(self.o):
-                store = self.on_trajectory
+                store = self.on_trajectory and not self.resumed
             else:
                 store = in_tree
             if store and self._store_strategy(is_traverser):
@@ -338,7 +339,7 @@ class ReferenceTraversal:
                     return estimate, estimate
                 past_leaf = True
             action = self._sample(played, mask, self._draw(rng.Purpose.SAMPLE))
-            if at_leaf:
+            if at_leaf and not self.resumed:  # the first expansion's trajectory holds them
                 chosen = np.arange(self.rules.num_actions) == int(action)
                 leaf_sample = Record(
                     self.traversal, self.value_nodes, np.asarray(history), chosen, None
@@ -354,10 +355,10 @@ class ReferenceTraversal:
                     leaf_sample.target = target.astype(np.float32)
                 return value, estimate if past_leaf else value
 
-    def _path_choices(self, state) -> int:
+    def _path_choices(self, state) -> list[int]:
         """expand_at='path': plays the traversal's path to its end without recording
         anything (same draws as the path itself) and returns which of the traverser's
-        choices on it to expand, uniform over them (-1 if it has none)."""
+        choices on it to expand (`api.path_choices`: increasing, none if it has none)."""
         choices = 0
         while True:
             mover = int(state.current_player)
@@ -374,18 +375,17 @@ class ReferenceTraversal:
             if self._ended(state, count=False)[0]:
                 break
         self.draws = 0  # the path replays the same draws
-        if choices == 0:
-            return -1
-        return int(path_choice(self.seed, self.iteration, self.game, choices))
+        drawn = path_choices(self.seed, self.iteration, self.game, choices, self.o.path_expansions)
+        return [int(c) for c in np.asarray(drawn) if c >= 0]
 
     def _sampled_path(self, state) -> None:
         """expand_at='sampled' or 'path': one on-policy path down to the drawn decision
         (a decision index, or one of the path's choices), expanded."""
         if self.o.expand_at == "path":
-            start, expanded_choice = 0, self._path_choices(state)
+            start, planned = 0, self._path_choices(state)
         else:
             start = int(expansion_start(self.rules, self.seed, self.iteration, self.game))
-            expanded_choice = None  # the first choice at or past `start`
+            planned = None  # the first choice at or past `start`
         choices = 0  # the traverser's decisions on the path with two or more actions
         self.on_trajectory = True  # strategy samples lie on the on-policy trajectory
         while True:
@@ -393,14 +393,21 @@ class ReferenceTraversal:
             obs, mask = self._observe(state, mover), self._mask(state)
             played, stored = self._policies(state, obs, mask)
             is_traverser = mover == self.traverser
-            if self._store_strategy(is_traverser):
+            if self._store_strategy(is_traverser) and not self.resumed:
                 self._record_strategy(obs, mask, stored)
             self.stats["nodes"] += 1
             decision = int(engine.decision_index(state))
             if is_traverser and int(np.sum(np.asarray(mask))) >= 2:
-                if expanded_choice is None and decision >= start or choices == expanded_choice:
+                if planned is None and decision >= start or planned and choices == planned[0]:
+                    node_draws = self.draws
                     self._expand(state, obs, mask, played, 0)
-                    return
+                    if not planned or len(planned) == 1:
+                        return
+                    # The next choice lies further down the path: from this node again,
+                    # as the scouting pass played it (decided anew, now not expanded).
+                    planned = planned[1:]
+                    self.draws, self.on_trajectory, self.resumed = node_draws, True, True
+                    continue
                 choices += 1
             behaviour = played
             if is_traverser:
