@@ -138,3 +138,15 @@ def test_an_exported_agent_plays_as_its_run_and_is_never_resumed(torch_run, tmp_
     with pytest.raises(NetworksOnly, match="exported agent's networks only"):
         Trainer(_torch_config(), agent).run()
     assert {p: p.read_bytes() for p in agent.rglob("*") if p.is_file()} == before
+
+
+def test_the_shipped_agent_loads_with_its_own_fit():
+    """agents/default_2h (lc_cfr.export of a two-hour default run, agents/README.md): the
+    networks read against their checksums, finite, and the average strategy is the fit
+    of the checkpoint's own iteration."""
+    from lc_cfr.nets import mlp
+
+    saved = load_saved_networks(ROOT / "agents" / "default_2h")
+    assert saved.strategy_iteration == saved.iteration > 100
+    assert mlp.all_finite(saved.strategy) and mlp.all_finite(saved.advantage)
+    assert saved.config.traversal.expand_at == "path" and saved.rules.n_colors == 5
