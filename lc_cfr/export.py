@@ -82,29 +82,39 @@ def export_agent(
     return target
 
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory to export from.")
-_CHECKPOINT = flags.DEFINE_integer("checkpoint", None, "Iteration to export (default: latest).")
-_OUT = flags.DEFINE_string("out", None, "New directory for the agent.")
+def define_flags() -> dict:
+    """The command line's flags, defined when it runs (not on import, so that a process
+    that also imports `lc_cfr.evaluate`, whose --workdir is global, can call
+    `export_agent`)."""
+    return {
+        "workdir": flags.DEFINE_string("workdir", None, "Run directory to export from."),
+        "checkpoint": flags.DEFINE_integer(
+            "checkpoint", None, "Iteration to export (default: latest)."
+        ),
+        "out": flags.DEFINE_string("out", None, "New directory for the agent."),
+    }
 
 
-def main(argv) -> None:
+def main(argv, holders: dict) -> None:
     del argv
-    if not _WORKDIR.value or not _OUT.value:
+    workdir, out = holders["workdir"].value, holders["out"].value
+    if not workdir or not out:
         sys.exit("--workdir and --out are required")
     try:
-        target = export_agent(_WORKDIR.value, _OUT.value, _CHECKPOINT.value)
+        target = export_agent(workdir, out, holders["checkpoint"].value)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         sys.exit(f"error: {error}")
-    saved = load_saved_networks(_OUT.value)
+    saved = load_saved_networks(out)
     note = saved.strategy_note()
     if note:
         print(f"warning: {note}")
     size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
     print(
-        f"exported iteration {saved.iteration} of {_WORKDIR.value} to {_OUT.value} "
-        f"({size / 2**20:.1f} MiB); play it with --workdir={_OUT.value}"
+        f"exported iteration {saved.iteration} of {workdir} to {out} "
+        f"({size / 2**20:.1f} MiB); play it with --workdir={out}"
     )
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _holders = define_flags()
+    app.run(lambda argv: main(argv, _holders))
