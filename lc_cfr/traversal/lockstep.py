@@ -1250,7 +1250,7 @@ class _Traversals:
         position, frames = lanes.position, lanes.frames
         returning = position.mode == RETURN
         done = returning & (frames.top == 0)
-        if self.scouts:  # more of the path's choices to expand: down the path again
+        if self.scouts and self.options.path_expansions > 1:  # static: E = 1 never resumes
             lanes, done = self.resume_path(lanes, done)
             position = lanes.position
         has_frame = returning & (frames.top > 0)
