@@ -10,7 +10,8 @@
     python -m lc_cfr.evaluate --workdir=RUN --views=average_strategy,search \
         [--search_blueprint=average_strategy] [--search_determinizations=D] \
         [--search_candidates=K] [--search_prior_weight=C] [--search_rollout=greedy]
-        [--search_stderr_weight=Z]
+        [--search_stderr_weight=Z] [--search_opponent_model=none|blueprint] \
+        [--search_world_pool=P] [--search_evidence_weight=E]
     python -m lc_cfr.evaluate --agent=safe_heuristic --views=search ...
 
 With --workdir the run's config is read from RUN/config.json and the networks of

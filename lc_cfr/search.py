@@ -13,6 +13,17 @@ blueprint's choice unless the rollouts' evidence beats their noise (the first pr
 deviation by how unlikely the blueprint finds it, the second by how noisy the worlds'
 verdict on it is).
 
+An opponent model, optional (`opponent_model="blueprint"`): the chance posterior above
+ignores what the opponent chose to do. With the model, M = world_pool * D worlds are drawn,
+each is replayed from its deal with the game's public moves (`lc_cfr.game.moves`), and
+weighted by the blueprint's likelihood of every move the opponent made in it, raised to
+the power `evidence_weight` (1: the Bayesian posterior of a searcher who believes the
+opponent plays the blueprint; below 1 a tempered one, which trusts a wrong model less);
+D of them are kept by systematic resampling in proportion to their weights (Kitagawa
+1996). This is the likelihood weighting of GIB's successors and of particle-filter belief
+tracking (Silver and Veness 2010, "Monte-Carlo Planning in Large POMDPs"), with the
+weights computed afresh at every search instead of tracked from move to move.
+
 Common random numbers: every candidate meets the same D worlds, and at rollout decision
 t of world d every candidate's lane draws the same random words (keyed by (d, t), never
 by the candidate), so the margins of two candidates differ by what their action changed,
@@ -38,7 +49,7 @@ import jax
 import jax.numpy as jnp
 
 from lc_cfr.bots import check_bot_name, jax_bots
-from lc_cfr.game import determinize, engine, rng
+from lc_cfr.game import determinize, engine, moves, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
@@ -49,9 +60,14 @@ Blueprint = Callable[[engine.State, jax.Array], jax.Array]
 ROLLOUT_MODES = ("greedy", "sampled")
 # Blueprint views of a trained run that search may stand on.
 BLUEPRINT_VIEWS = ("average_strategy", "current")
+# How the worlds weigh the opponent's observed moves: not at all (the chance posterior),
+# or by their likelihood under the blueprint.
+OPPONENT_MODELS = ("none", "blueprint")
 # The prior term reads log pi'(a) with pi' = (1 - share) pi + share * uniform(legal): a
 # one-hot blueprint (a bot, or regret matching that zeroed an action) then prices an
-# action it never plays at a finite number of points instead of excluding it.
+# action it never plays at a finite number of points instead of excluding it. The
+# opponent model reads the opponent's moves through the same pi', so a move the
+# blueprint never makes lowers a world's weight instead of ruling every world out.
 PRIOR_UNIFORM_SHARE = 0.05
 
 
@@ -65,6 +81,9 @@ class SearchOptions(NamedTuple):
     # z: points per standard error of a candidate's per-world margin difference to the
     # blueprint's first choice, taken off its score (`paired_stderr`); 0 = off
     stderr_weight: float = 0.0
+    opponent_model: str = "none"  # OPPONENT_MODELS: how the worlds weigh its moves
+    world_pool: int = 4  # the model draws world_pool * D worlds and keeps D by weight
+    evidence_weight: float = 1.0  # the power of the model's likelihood (1: Bayes' rule)
 
 
 def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--search_") -> None:
@@ -77,7 +96,15 @@ def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--sear
             f"{prefix}candidates must be an int in [0, {rules.num_actions}] (the game's "
             f"action count; 0 = every legal action), got {k!r}"
         )
-    for name in ("prior_weight", "stderr_weight"):
+    pool = options.world_pool
+    if not isinstance(pool, int) or isinstance(pool, bool) or pool < 1:
+        raise ValueError(f"{prefix}world_pool must be an int >= 1, got {pool!r}")
+    if options.opponent_model not in OPPONENT_MODELS:
+        raise ValueError(
+            f"{prefix}opponent_model must be one of {list(OPPONENT_MODELS)}, "
+            f"got {options.opponent_model!r}"
+        )
+    for name in ("prior_weight", "stderr_weight", "evidence_weight"):
         value = getattr(options, name)
         if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
             raise ValueError(f"{prefix}{name} must be a number >= 0, got {value!r}")
@@ -124,6 +151,26 @@ def define_flags(flag_values=None) -> dict:
             default.stderr_weight,
             "Search: points per standard error of a candidate's paired difference to the "
             "blueprint's first choice, taken off its score (0 = off).",
+            **where,
+        ),
+        "opponent_model": flags.DEFINE_string(
+            "search_opponent_model",
+            default.opponent_model,
+            "Search: how the worlds weigh the opponent's observed moves "
+            f"({' | '.join(OPPONENT_MODELS)}: by their likelihood under the blueprint).",
+            **where,
+        ),
+        "world_pool": flags.DEFINE_integer(
+            "search_world_pool",
+            default.world_pool,
+            "Search, opponent model: worlds drawn per world kept.",
+            **where,
+        ),
+        "evidence_weight": flags.DEFINE_float(
+            "search_evidence_weight",
+            default.evidence_weight,
+            "Search, opponent model: the power of the opponent's likelihood in a world's "
+            "weight (1 = Bayes' rule, 0 = none).",
             **where,
         ),
     }
@@ -211,6 +258,7 @@ class SearchResult(NamedTuple):
     margins: jax.Array  # [K, D] float32 the searcher's final margin in each world, points
     scores: jax.Array  # [K] float32 mean margin + c log pi'(a) - z stderr; -inf where not tried
     policy: jax.Array  # [A] float32 the blueprint at the real state
+    effective_worlds: jax.Array  # [] float32 the worlds' effective sample size (D unweighted)
 
 
 def rollout_span(rules: Rules) -> int:
@@ -242,6 +290,120 @@ def paired_stderr(margins: jax.Array) -> jax.Array:
     return jnp.std(difference, axis=1, ddof=1) / jnp.sqrt(jnp.float32(d))
 
 
+def draw_worlds(rules: Rules, count: int, state: engine.State, seed, game, decision):
+    """`count` worlds of `state`'s mover (`determinize`), world m from the words
+    random_bits(seed, decision, game, m * N + i, DETERMINIZE): a larger pool begins with
+    the same worlds."""
+    n = rules.n_cards
+    worlds = jnp.arange(count, dtype=jnp.uint32)
+    cards = jnp.arange(n, dtype=jnp.uint32)
+    words = rng.random_bits(
+        seed, decision, game, worlds[:, None] * jnp.uint32(n) + cards, rng.Purpose.DETERMINIZE
+    )  # [count, N]
+    return jax.vmap(determinize.determinize, in_axes=(None, None, 0))(rules, state, words)
+
+
+def opponent_log_likelihood(
+    rules: Rules,
+    blueprint: Blueprint,
+    worlds: engine.State,
+    history: jax.Array,
+    state: engine.State,
+    seed,
+    game,
+    decision,
+) -> jax.Array:
+    """[M] float32: log of the blueprint's probability (pi', the uniform share mixed in)
+    of every public move the opponent of `state`'s mover made, in each of `worlds` [M].
+
+    Each world is replayed from its own deal with `history` [T] (`moves.record`'s public
+    moves of the real game, `decision_index(state)` of them): the opponent's hidden cards
+    differ between worlds, so the same moves are more likely in some. The mover's own
+    moves weigh the same in every world (its information is the same) and are skipped. A
+    bot blueprint's noise at replayed decision t of world m is random_bits(seed, decision,
+    game, m * T + t, SEARCH_EVIDENCE).
+    """
+    m = worlds.deck.shape[0]
+    searcher = state.current_player
+    span = jnp.uint32(history.shape[0])
+    ids = jnp.arange(m, dtype=jnp.uint32)
+    states = jax.vmap(engine.init_from_deck, in_axes=(None, 0))(rules, worlds.deck)
+    act = jax.vmap(moves.move_action, in_axes=(None, 0, None))
+
+    def one(t, carry):
+        states, total = carry
+        actions = act(rules, states, history[t])
+
+        def weigh():
+            words = rng.random_bits(
+                seed, decision, game, ids * span + t.astype(jnp.uint32), rng.Purpose.SEARCH_EVIDENCE
+            )
+            probs = blueprint(states, words)
+            legal = jnp.sum(jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states), 1)
+            chosen = jnp.take_along_axis(probs, actions[:, None], axis=1)[:, 0]
+            share = jnp.float32(PRIOR_UNIFORM_SHARE)
+            return jnp.log((1.0 - share) * chosen + share / legal.astype(jnp.float32))
+
+        # every world has the same mover at decision t (they replay the same moves)
+        theirs = states.current_player[0] != searcher
+        gain = jax.lax.cond(theirs, weigh, lambda: jnp.zeros((m,), jnp.float32))
+        return jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, states, actions), total + gain
+
+    count = engine.decision_index(state)
+    _, total = jax.lax.fori_loop(0, count, one, (states, jnp.zeros((m,), jnp.float32)))
+    return total
+
+
+def resample(log_weights: jax.Array, count: int, word) -> jax.Array:
+    """[count] int32: systematic resampling (Kitagawa 1996) of the indices of
+    `log_weights` [M]: index i is kept floor(count * w_i) or that plus one times, w the
+    normalised weights, from the one random word `word`."""
+    weights = jax.nn.softmax(log_weights)
+    # Point j is (j + u) / count; the kept index is the number of cumulative weights at or
+    # below it, compared as count * edge - j <= u: with equal weights both sides are exact
+    # (small integers against u in [0, 1)), where j + u could round up to j + 1.
+    scaled = count * jnp.cumsum(weights)  # [M]
+    below = scaled[None, :] - jnp.arange(count, dtype=jnp.float32)[:, None] <= rng.uniform(word)
+    kept = jnp.sum(below, axis=1)
+    return jnp.minimum(kept, log_weights.shape[0] - 1).astype(jnp.int32)
+
+
+def effective_worlds(log_weights: jax.Array) -> jax.Array:
+    """[] float32: the effective sample size 1 / sum(w^2) of normalised weights."""
+    weights = jax.nn.softmax(log_weights)
+    return 1.0 / jnp.sum(weights * weights)
+
+
+def searched_worlds(
+    rules: Rules,
+    options: SearchOptions,
+    blueprint: Blueprint,
+    state: engine.State,
+    history,
+    seed,
+    game,
+    decision,
+):
+    """(worlds [D], effective worlds []): the D worlds a search plays in, and how many
+    independent draws the opponent model's weights are worth (M without a model)."""
+    d = options.determinizations
+    if options.opponent_model == "none":
+        return draw_worlds(rules, d, state, seed, game, decision), jnp.float32(d)
+    if history is None:
+        raise ValueError(
+            "--search_opponent_model=blueprint needs the game's public moves (history); "
+            "this caller has none"
+        )
+    pool = draw_worlds(rules, d * options.world_pool, state, seed, game, decision)
+    log_likelihood = opponent_log_likelihood(
+        rules, blueprint, pool, history, state, seed, game, decision
+    )
+    log_weights = jnp.float32(options.evidence_weight) * log_likelihood
+    word = rng.random_bits(seed, decision, game, 0, rng.Purpose.SEARCH_RESAMPLE)
+    kept = resample(log_weights, d, word)
+    return jax.tree.map(lambda x: x[kept], pool), effective_worlds(log_weights)
+
+
 def rollout_margins(
     rules: Rules,
     options: SearchOptions,
@@ -251,28 +413,25 @@ def rollout_margins(
     seed,
     game,
     decision,
+    worlds: engine.State | None = None,
 ) -> jax.Array:
     """[K, D] float32: each of `actions` [K] played in D worlds and the games finished by
     the blueprint, the final margins of `state`'s player to move.
 
-    Random numbers: world d is `determinize` with words random_bits(seed, decision, game,
-    d * N + i, DETERMINIZE); rollout decision t of world d draws random_bits(seed,
-    decision, game, d * span + t, purpose) for SEARCH_ROLLOUT (a sampled move) and
-    SEARCH_NOISE (a bot's noise): the same for every candidate.
+    Random numbers: the worlds are `worlds` [D] or else `draw_worlds`; rollout decision t
+    of world d draws random_bits(seed, decision, game, d * span + t, purpose) for
+    SEARCH_ROLLOUT (a sampled move) and SEARCH_NOISE (a bot's noise): the same for every
+    candidate.
     """
-    n, d = rules.n_cards, options.determinizations
+    d = options.determinizations
     k = actions.shape[0]
-    worlds = jnp.arange(d, dtype=jnp.uint32)
-    cards = jnp.arange(n, dtype=jnp.uint32)
-    words = rng.random_bits(
-        seed, decision, game, worlds[:, None] * jnp.uint32(n) + cards, rng.Purpose.DETERMINIZE
-    )  # [D, N]
-    imagined = jax.vmap(determinize.determinize, in_axes=(None, None, 0))(rules, state, words)
+    if worlds is None:
+        worlds = draw_worlds(rules, d, state, seed, game, decision)
     # Lanes are candidate-major: lane j * D + w plays candidate j in world w.
-    lanes = jax.tree.map(lambda x: jnp.tile(x, (k,) + (1,) * (x.ndim - 1)), imagined)
+    lanes = jax.tree.map(lambda x: jnp.tile(x, (k,) + (1,) * (x.ndim - 1)), worlds)
     first = jnp.repeat(actions, d)
     lanes = jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, lanes, first)
-    world = jnp.tile(worlds, k)  # [K * D]
+    world = jnp.tile(jnp.arange(d, dtype=jnp.uint32), k)  # [K * D]
     span = jnp.uint32(rollout_span(rules))
 
     def unfinished(carry):
@@ -286,11 +445,11 @@ def rollout_margins(
         probs = blueprint(states, noise)
         mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
         if options.rollout == "greedy":
-            moves = jnp.argmax(jnp.where(mask, probs, -1.0), axis=-1).astype(jnp.int32)
+            chosen = jnp.argmax(jnp.where(mask, probs, -1.0), axis=-1).astype(jnp.int32)
         else:
             bits = rng.random_bits(seed, decision, game, counter, rng.Purpose.SEARCH_ROLLOUT)
-            moves = jax.vmap(pol.sample_action)(probs, mask, bits)
-        return jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, states, moves), t + 1
+            chosen = jax.vmap(pol.sample_action)(probs, mask, bits)
+        return jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, states, chosen), t + 1
 
     final, _ = jax.lax.while_loop(unfinished, play, (lanes, jnp.int32(0)))
     player = state.current_player
@@ -307,6 +466,7 @@ def search(
     seed,
     game,
     decision,
+    history: jax.Array | None = None,
 ) -> SearchResult:
     """The search's action at one decision of `state`'s player to move.
 
@@ -318,6 +478,8 @@ def search(
         its `draws` excludes).
       seed, game, decision: uint32/int32 scalars keying the search's random numbers
         (`rollout_margins`); a game and decision never searched twice with one seed.
+      history: [T] int32 the game's public moves so far (`moves.record`); the opponent
+        model reads it, and without the model it may be None.
 
     Returns:
       SearchResult; with k = 1 the action is the blueprint's most probable one.
@@ -329,7 +491,12 @@ def search(
     policy = jnp.where(mask, blueprint(jax.tree.map(lambda x: x[None], state), words[None])[0], 0)
     actions, tried = candidates(policy, mask, k)
     actions = jnp.where(tried, actions, actions[0])  # slots past the legal ones repeat one
-    margins = rollout_margins(rules, options, blueprint, state, actions, seed, game, decision)
+    worlds, effective = searched_worlds(
+        rules, options, blueprint, state, history, seed, game, decision
+    )
+    margins = rollout_margins(
+        rules, options, blueprint, state, actions, seed, game, decision, worlds
+    )
     legal = jnp.sum(mask, dtype=jnp.float32)
     mixed = (1.0 - PRIOR_UNIFORM_SHARE) * policy[actions] + PRIOR_UNIFORM_SHARE / legal
     scores = jnp.mean(margins, axis=1) + jnp.float32(options.prior_weight) * jnp.log(mixed)
@@ -337,7 +504,7 @@ def search(
         scores = scores - jnp.float32(options.stderr_weight) * paired_stderr(margins)
     scores = jnp.where(tried, scores, -jnp.inf)
     best = jnp.argmax(scores)
-    return SearchResult(actions[best], actions, tried, margins, scores, policy)
+    return SearchResult(actions[best], actions, tried, margins, scores, policy, effective)
 
 
 def search_named(
@@ -349,6 +516,7 @@ def search_named(
     seed,
     game,
     decision,
+    history: jax.Array | None = None,
     *,
     spec: mlp.NetworkSpec | None = None,
     fallback: str = "argmax_tiebreak",
@@ -365,7 +533,19 @@ def search_named(
         policy = network_blueprint(rules, spec, blueprint, params, fallback=fallback, draws=draws)
     else:
         policy = bot_blueprint(rules, blueprint)
-    return search(rules, options, policy, state, mask, seed, game, decision)
+    return search(rules, options, policy, state, mask, seed, game, decision, history)
+
+
+@functools.cache
+def jitted_record(rules: Rules):
+    """`moves.record` jitted, (history [T] int32, state, action) -> history: how the
+    one-game callers keep the public moves an opponent model replays."""
+    return jax.jit(functools.partial(moves.record, rules))
+
+
+def empty_history(rules: Rules):
+    """[T] int32, a game's history before its first move."""
+    return jnp.full((moves.history_length(rules),), moves.NO_MOVE, jnp.int32)
 
 
 @functools.cache
@@ -377,12 +557,13 @@ def jitted_search(
     fallback: str = "argmax_tiebreak",
     draws: str = "any",
 ):
-    """`search_named` jitted for one game, (params, state, seed, game, decision) ->
-    SearchResult, with seed and game np.uint32 and decision np.int32 (one dtype, one
-    trace); one compiled program per argument set, shared by the one-game callers (the
-    OpenSpiel player, the terminal and browser games)."""
+    """`search_named` jitted for one game, (params, state, seed, game, decision[,
+    history]) -> SearchResult, with seed and game np.uint32, decision np.int32 and history
+    [T] np.int32 (`moves.history_length`; one dtype, one trace); one compiled program per
+    argument set, shared by the one-game callers (the OpenSpiel player, the terminal and
+    browser games)."""
 
-    def searched(params, state, seed, game, decision):
+    def searched(params, state, seed, game, decision, history=None):
         return search_named(
             rules,
             options,
@@ -392,6 +573,7 @@ def jitted_search(
             seed,
             game,
             decision,
+            history,
             spec=spec,
             fallback=fallback,
             draws=draws,

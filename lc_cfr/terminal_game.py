@@ -124,6 +124,7 @@ class Game:
         )
         self._policy = jax.jit(policy)
         self._search = None
+        self._record = search_lib.jitted_record(rules)  # the public moves a search replays
         if search is not None:
             self._search = search_lib.jitted_search(
                 rules, search, "average_strategy", spec, "argmax_tiebreak", agent.draws
@@ -136,6 +137,7 @@ class Game:
             "step": self._step,
             "view": self._view,
             "policy": self._policy,
+            "record": self._record,
             **({"search": self._search} if self._search is not None else {}),
         }
 
@@ -388,12 +390,20 @@ class Game:
 
     # ----- the agent ---------------------------------------------------------------------
 
-    def agent_action(self, state, mask, *, seed: int, deal: int, decision: int):
+    def agent_action(self, state, mask, *, seed: int, deal: int, decision: int, history=None):
         """(action, its probability) under the strategy network; with search, the
-        searched action and the network's probability of it."""
+        searched action and the network's probability of it (`history`: the game's public
+        moves, `search_lib.jitted_record`'s, which an opponent model replays)."""
         if self._search is not None:
+            if history is None:
+                history = search_lib.empty_history(self.rules)
             found = self._search(
-                self.agent.params, state, np.uint32(seed), np.uint32(deal), np.int32(decision)
+                self.agent.params,
+                state,
+                np.uint32(seed),
+                np.uint32(deal),
+                np.int32(decision),
+                history,
             )
             action = int(found.action)
             return action, float(found.policy[action])
@@ -454,6 +464,7 @@ class Game:
             "Type 'help' for commands."
         )
         decision = 0
+        history = search_lib.empty_history(self.rules)
         while True:
             s = jax.device_get(state)
             mask, exp_scores = jax.device_get(self._view(state))
@@ -492,9 +503,10 @@ class Game:
                 say(self.announce(s, action, human=True))
             else:
                 action, prob = self.agent_action(
-                    state, mask, seed=seed, deal=deal, decision=decision
+                    state, mask, seed=seed, deal=deal, decision=decision, history=history
                 )
                 say(f"{self.announce(s, action, human=False)[:-1]} (p={prob:.2f}).")
+            history = self._record(history, state, np.int32(action))
             state = self._step(state, np.int32(action))
             decision += 1
 

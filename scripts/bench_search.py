@@ -40,19 +40,22 @@ import bench_common  # noqa: E402
 
 
 def _positions(rules, count: int, seed: int) -> list:
-    """`count` states at decisions, drawn uniformly from safe_heuristic self-play games."""
+    """`count` (state, public moves before it) at decisions, drawn uniformly from
+    safe_heuristic self-play games."""
     act = jax.jit(lambda s, g, d: jax_bots.bot_action(rules, "safe_heuristic", s, seed, 0, g, d))
     step = jax.jit(lambda s, a: engine.step(rules, s, a))
+    record = search.jitted_record(rules)
     rand = np.random.RandomState(seed)
-    states, game = [], 0
-    while len(states) < count:
-        state, path = engine.init(rules, seed, game), []
+    positions, game = [], 0
+    while len(positions) < count:
+        state, history, path = engine.init(rules, seed, game), search.empty_history(rules), []
         while not bool(state.terminal):
-            path.append(state)
-            state = step(state, act(state, game, len(path) - 1))
-        states.append(path[rand.randint(len(path))])
+            path.append((state, history))
+            action = act(state, game, len(path) - 1)
+            state, history = step(state, action), record(history, state, action)
+        positions.append(path[rand.randint(len(path))])
         game += 1
-    return states
+    return positions
 
 
 def _blueprint(args, rules):
@@ -78,11 +81,11 @@ def _blueprint(args, rules):
     return spec, params, draws, fallback, where
 
 
-def _time(fn, states) -> list[float]:
+def _time(fn, positions) -> list[float]:
     seconds = []
-    for state in states:
+    for state, history in positions:
         start = time.perf_counter()
-        jax.block_until_ready(fn(state))
+        jax.block_until_ready(fn(state, history))
         seconds.append(time.perf_counter() - start)
     return seconds
 
@@ -96,6 +99,8 @@ def main() -> None:
     parser.add_argument("--candidates", default="2,4,0", help="0 = every legal action")
     parser.add_argument("--prior-weight", type=float, default=search.SearchOptions().prior_weight)
     parser.add_argument("--rollout", default="greedy", choices=search.ROLLOUT_MODES)
+    parser.add_argument("--opponent-model", default="none", choices=search.OPPONENT_MODELS)
+    parser.add_argument("--world-pool", type=int, default=search.SearchOptions().world_pool)
     parser.add_argument("--positions", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
@@ -113,28 +118,32 @@ def main() -> None:
     blueprint = search.network_blueprint(
         rules, spec, args.view, params, fallback=fallback, draws=draws
     )
-    states = _positions(rules, args.positions, args.seed)
+    positions = _positions(rules, args.positions, args.seed)
 
     def mask_of(state):
         return pol.restrict_draws(rules, state, engine.legal_action_mask(rules, state), draws)
 
-    def own(state):
+    def own(state, history):
+        del history  # the blueprint reads the state only
         probs = blueprint(jax.tree.map(lambda x: x[None], state), jnp.zeros((1,), jnp.uint32))
         return jnp.argmax(jnp.where(mask_of(state), probs[0], -1.0))
 
     own = jax.jit(own)
-    jax.block_until_ready(own(states[0]))
-    base = float(np.median(_time(own, states)))
-    print(f"blueprint: {args.view} of {where}; {len(states)} positions")
+    jax.block_until_ready(own(*positions[0]))
+    base = float(np.median(_time(own, positions)))
+    print(f"blueprint: {args.view} of {where}; {len(positions)} positions")
     print(f"the blueprint's own decision: {base * 1e3:.3f} ms (median)")
     print(f"{'D':>5} {'k':>4} {'first s':>10} {'median ms':>10} {'p95 ms':>10} {'x own':>9}")
     rows = []
     for d in (int(x) for x in args.determinizations.split(",")):
         for k in (int(x) for x in args.candidates.split(",")):
             options = search.SearchOptions(d, k, args.prior_weight, args.rollout)
+            options = options._replace(
+                opponent_model=args.opponent_model, world_pool=args.world_pool
+            )
             search.check_options(options, rules, prefix="--")
 
-            def one(state, options=options):
+            def one(state, history, options=options):
                 found = search.search_named(
                     rules,
                     options,
@@ -144,6 +153,7 @@ def main() -> None:
                     args.seed,
                     0,
                     engine.decision_index(state),
+                    history,
                     spec=spec,
                     fallback=fallback,
                     draws=draws,
@@ -152,9 +162,9 @@ def main() -> None:
 
             fn = jax.jit(one)
             start = time.perf_counter()
-            jax.block_until_ready(fn(states[0]))
+            jax.block_until_ready(fn(*positions[0]))
             compile_seconds = time.perf_counter() - start
-            seconds = _time(fn, states)
+            seconds = _time(fn, positions)
             median, p95 = float(np.median(seconds)), float(np.percentile(seconds, 95))
             rows.append(
                 {
@@ -175,7 +185,7 @@ def main() -> None:
             "command": " ".join(sys.argv),
             "blueprint": where,
             "view": args.view,
-            "positions": len(states),
+            "positions": len(positions),
             "blueprint_seconds": base,
             "settings": rows,
             "machine": platform.platform(),

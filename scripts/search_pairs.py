@@ -5,13 +5,15 @@ mostly the same moves, so their margins are strongly correlated and the differen
 two independent means (each +- 1.2 points over 500 deals against `safe_heuristic`)
 hides effects of a few points that the per-deal difference shows. For each setting
 (`raw` is the blueprint's own greedy play; `D:k:c[:z[:rollout]]` a search with D worlds, k
-candidates (0 = all), prior weight c and stderr weight z) the script plays `--games` games against
+candidates (0 = all), prior weight c and stderr weight z; a suffix `@P[:e]` adds the
+opponent model, P * D worlds weighted by the blueprint's likelihood of the opponent's
+moves to the power e, 1 by default) the script plays `--games` games against
 `--opponent` on the evaluation deals of `--seed`, and prints the mean margin +- standard
 error and the mean per-deal difference to the first setting +- its standard error
 (a deal's margin: the mean of its two seats), with the seconds each took.
 
     .venv/bin/python scripts/search_pairs.py --workdir RUN [--checkpoint N] \\
-        --settings raw,16:4:2,16:4:0.5,16:0:2 [--opponent safe_heuristic] \\
+        --settings raw,16:4:2,16:4:0.5,16:0:2,16:0:2@4 [--opponent safe_heuristic] \\
         [--games 200] [--seed 20261130] [--json out.json]
 """
 
@@ -36,18 +38,28 @@ RAW = "raw"
 
 
 def parse_setting(text: str) -> search_lib.SearchOptions | None:
-    """None for `raw`, else the SearchOptions of `D:k:c[:z[:rollout]]`; SystemExit naming it."""
+    """None for `raw`, else the SearchOptions of `D:k:c[:z[:rollout]][@P[:e]]`; SystemExit
+    naming it."""
     if text == RAW:
         return None
-    parts = text.split(":")
+    text_search, _, model = text.partition("@")
+    parts = text_search.split(":")
     try:
         if len(parts) not in (3, 4, 5):
             raise ValueError("expected D:k:c, D:k:c:z or D:k:c:z:rollout")
         z = float(parts[3]) if len(parts) > 3 else 0.0
         rollout = parts[4] if len(parts) == 5 else "greedy"
-        return search_lib.SearchOptions(
+        options = search_lib.SearchOptions(
             int(parts[0]), int(parts[1]), float(parts[2]), rollout, stderr_weight=z
         )
+        if model:
+            pool, _, evidence = model.partition(":")
+            options = options._replace(
+                opponent_model="blueprint",
+                world_pool=int(pool),
+                evidence_weight=float(evidence) if evidence else 1.0,
+            )
+        return options
     except ValueError as error:
         raise SystemExit(f"--settings: {text!r}: {error}") from error
 
@@ -66,7 +78,9 @@ def main() -> None:
     parser.add_argument("--workdir", required=True, help="run or exported agent")
     parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
     parser.add_argument("--view", default="average_strategy", help="the blueprint view")
-    parser.add_argument("--settings", default="raw,16:4:2", help="raw or D:k:c[:z[:rollout]]")
+    parser.add_argument(
+        "--settings", default="raw,16:4:2", help="raw or D:k:c[:z[:rollout]][@P[:e]]"
+    )
     parser.add_argument("--opponent", default="safe_heuristic")
     parser.add_argument("--games", type=int, default=200, help="even: games / 2 deals")
     parser.add_argument("--seed", type=int, default=20261130, help="evaluation seed")

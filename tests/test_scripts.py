@@ -210,3 +210,6 @@ def test_search_pairs_holds_k1_equal_to_the_raw_blueprint(best_response_run, tmp
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("search_pairs.py", f"--workdir={best_response_run}", "--settings=raw,0:4:2")
     assert "--settings determinizations must be an int >= 1" in failure.value.stderr
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("search_pairs.py", f"--workdir={best_response_run}", "--settings=raw,2:1:0@0")
+    assert "--settings world_pool must be an int >= 1" in failure.value.stderr

@@ -16,7 +16,7 @@ from traversal_helpers import dyadic_params
 from lc_cfr import eval as lc_eval
 from lc_cfr import search
 from lc_cfr.bots import jax_bots
-from lc_cfr.game import determinize, engine
+from lc_cfr.game import determinize, engine, moves
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.spiel import TINY_RULES
@@ -285,7 +285,9 @@ def test_search_beats_its_blueprint_and_compiles_once(random_search):
 def test_openspiel_search_player_plays_the_lockstep_games(random_search):
     """The OpenSpiel loop's SearchPlayer (one search a decision, on a copy of the Cython
     engine's state, whose unseen deck lies in another order) plays the lockstep search's
-    games, record for record."""
+    games, record for record; with the opponent model too, whose public moves the
+    lockstep loop records as it steps and the OpenSpiel player reads from its
+    information-state string."""
     pytest.importorskip("pyspiel")
     from lc_cfr.spiel import bots as spiel_bots
 
@@ -295,6 +297,26 @@ def test_openspiel_search_player_plays_the_lockstep_games(random_search):
     for name in lc_eval.GameRecords._fields:
         np.testing.assert_array_equal(
             np.asarray(result.records[name]), getattr(random_search.records, name), err_msg=name
+        )
+    # Over safe_heuristic against safe_heuristic the model's weights are sharp.
+    model = search.SearchOptions(determinizations=4, candidates=2, opponent_model="blueprint")
+    deals = 3
+    lockstep = lc_eval.play(
+        RULES,
+        None,
+        lc_eval.bot_agent("safe_heuristic", search=model),
+        "safe_heuristic",
+        None,
+        games=2 * deals,
+        seed=SEED,
+        lanes=LANES,
+    )
+    player = spiel_bots.SearchPlayer(RULES, model, blueprint="safe_heuristic", seed=SEED)
+    opponent = spiel_bots.LcBot("safe_heuristic", SEED)
+    result = spiel_bots.play_mirrored(RULES, player, opponent, deals=deals, seed=SEED)
+    for name in lc_eval.GameRecords._fields:
+        np.testing.assert_array_equal(
+            np.asarray(result.records[name]), getattr(lockstep.records, name), err_msg=name
         )
 
 
@@ -307,6 +329,9 @@ def test_openspiel_search_player_plays_the_lockstep_games(random_search):
         ({"prior_weight": -1.0}, "--search_prior_weight"),
         ({"stderr_weight": -0.5}, "--search_stderr_weight"),
         ({"rollout": "wide"}, "--search_rollout"),
+        ({"opponent_model": "oracle"}, "--search_opponent_model"),
+        ({"world_pool": 0}, "--search_world_pool"),
+        ({"evidence_weight": -1.0}, "--search_evidence_weight"),
     ],
 )
 def test_bad_options_name_the_flag(change, flag):
@@ -340,3 +365,156 @@ def test_cli_refuses_bad_search_flags(change, flag):
     request = {"agent": "random", "views": "search", "rules": RULES_FLAG, **change}
     with pytest.raises(app.UsageError, match=flag):
         evaluate.parse_request(**request)
+
+
+# ----- the opponent model ----------------------------------------------------------------
+
+
+def _history(rules, actions, states) -> np.ndarray:
+    """[T] the public moves of `actions` taken in `states`, as the callers record them."""
+    record = search.jitted_record(rules)
+    history = search.empty_history(rules)
+    for action, state in zip(actions, states, strict=False):
+        history = record(history, state, np.int32(action))
+    return np.asarray(history)
+
+
+def _same_state(a, b) -> bool:
+    return all(
+        np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+def test_every_world_replays_from_its_deal_with_the_public_moves():
+    """A game's public moves (cards, not hand slots) replayed from a world's own deal end
+    in that world, field for field: the real game's and 15 determinizations' at every
+    depth, which is what lets the opponent model read the opponent's past hands."""
+    replay = jax.jit(
+        jax.vmap(lambda deck, h, n: moves.replay(RULES, deck, h, n), in_axes=(0, None, None))
+    )
+    draw = jax.jit(lambda s: search.draw_worlds(RULES, 15, s, SEED, 3, 5))
+    checked = 0
+    for deck, actions, states in _random_histories(RULES, deals=3, depths=(1, 6, 11, 16)):
+        state, history = states[-1], _history(RULES, actions, states)
+        count = len(actions)
+        assert (history[:count] >= 0).all() and (history[count:] == moves.NO_MOVE).all()
+        worlds = draw(state)
+        decks = jnp.concatenate([jnp.asarray(deck, jnp.int8)[None], worlds.deck])
+        again = replay(decks, history, count)  # one shape: one compile
+        assert _same_state(jax.tree.map(lambda x: x[0], again), state)
+        assert _same_state(jax.tree.map(lambda x: x[1:], again), worlds)
+        checked += 1
+    assert checked >= 9
+
+
+def test_the_opponent_model_weighs_worlds_by_the_opponents_moves():
+    """Over a bot blueprint the likelihood is exact to check, one world at a time with the
+    bot itself: each of the opponent's moves counts log((1 - share) + share / legal) where
+    the bot would have made it and log(share / legal) where not; in the real world it
+    made every one, and some drawn worlds contradict a move."""
+    rules, name = RULES, "safe_heuristic"
+    step, mask_of = _jitted(rules)["step"], _jitted(rules)["mask"]
+    bot = jax.jit(lambda s: jax_bots.bot_action(rules, name, s, 0, 0, 0, 0))
+    blueprint = search.bot_blueprint(rules, name)
+    pool = jax.jit(lambda s: search.draw_worlds(rules, 16, s, SEED, 1, 9))
+    likelihood = jax.jit(
+        lambda w, h, s: search.opponent_log_likelihood(rules, blueprint, w, h, s, SEED, 1, 9)
+    )
+    share = search.PRIOR_UNIFORM_SHARE
+    contradicted, checked = False, 0
+    for g in range(6):
+        # player 1 plays the bot, player 0 random legal moves, up to a decision of player 0
+        rand = np.random.RandomState(g)
+        state = engine.init(rules, SEED, g)
+        actions, states = [], []
+        while not bool(state.terminal) and (len(actions) < 6 + g or int(state.current_player)):
+            if int(state.current_player) == 1:
+                action = int(bot(state))
+            else:
+                action = int(rand.choice(np.flatnonzero(np.asarray(mask_of(state)))))
+            actions.append(action)
+            states.append(state)
+            state = step(state, action)
+        if bool(state.terminal):
+            continue
+        checked += 1
+        history = _history(rules, actions, states)
+        worlds = pool(state)
+        real = jax.tree.map(lambda x: x[None], state)
+        both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), real, worlds)
+        got = np.asarray(likelihood(both, history, state), np.float64)
+        expected, misses = [], []
+        for i in range(both.deck.shape[0]):
+            world = engine.init_from_deck(rules, both.deck[i])
+            total, missed = 0.0, 0
+            for code in history[: len(actions)]:
+                action = int(moves.move_action(rules, world, int(code)))
+                if int(world.current_player) == 1:
+                    legal = float(np.asarray(mask_of(world)).sum())
+                    hit = float(int(bot(world)) == action)
+                    total += np.log((1 - share) * hit + share / legal)
+                    missed += not hit
+                world = step(world, action)
+            expected.append(total)
+            misses.append(missed)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        assert misses[0] == 0
+        contradicted |= max(misses) > 0
+    assert checked >= 3 and contradicted, (checked, "some world should contradict a move")
+
+
+def test_resampling_keeps_each_world_in_proportion_to_its_weight():
+    """Systematic resampling: world i is kept floor(D w_i) or one more times; equal
+    weights with as many worlds as kept keep each world once, in order."""
+    weights = np.array([0.4, 0.3, 0.2, 0.1])  # 8 w: 3.2, 2.4, 1.6, 0.8
+    for word in (0, 2**30, 2**31, 2**32 - 1):
+        kept = np.asarray(search.resample(jnp.log(jnp.asarray(weights)), 8, np.uint32(word)))
+        counts = np.bincount(kept, minlength=4)
+        assert counts.sum() == 8
+        assert ((counts >= np.floor(8 * weights)) & (counts <= np.ceil(8 * weights))).all()
+    for word in (0, 12345, 2**32 - 1):
+        kept = search.resample(jnp.zeros(8), 8, np.uint32(word))
+        np.testing.assert_array_equal(kept, np.arange(8))
+    assert float(search.effective_worlds(jnp.zeros(8))) == pytest.approx(8.0)
+    assert float(search.effective_worlds(jnp.log(jnp.asarray(weights)))) == pytest.approx(
+        1 / np.sum(weights**2), rel=1e-5
+    )
+
+
+def test_the_opponent_model_without_evidence_is_the_plain_search():
+    """evidence_weight 0 and a pool of D worlds weigh every world alike and keep each
+    once: the search's answer is the plain search's, bit for bit; with evidence the
+    worlds change. A caller without the game's moves is refused by name."""
+    blueprint = search.network_blueprint(RULES, SPEC, "average_strategy", _params(2))
+    plain = search.SearchOptions(determinizations=8, candidates=0)
+    flat = plain._replace(opponent_model="blueprint", world_pool=1, evidence_weight=0.0)
+    weighed = plain._replace(opponent_model="blueprint", world_pool=4)
+
+    @jax.jit
+    def three(state, history):
+        mask = engine.legal_action_mask(RULES, state)
+        return [
+            search.search(RULES, o, blueprint, state, mask, SEED, 4, 6, history)
+            for o in (plain, flat, weighed)
+        ]
+
+    changed = False
+    for _, actions, states in _random_histories(RULES, deals=3, depths=(5, 12)):
+        a, b, c = three(states[-1], _history(RULES, actions, states))
+        for name in search.SearchResult._fields:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        changed |= bool((np.asarray(c.margins) != np.asarray(a.margins)).any())
+        assert 1.0 <= float(c.effective_worlds) <= 32.001  # 32 pooled worlds
+    assert changed
+    with pytest.raises(ValueError, match="public moves"):
+        search.search(
+            RULES,
+            weighed,
+            blueprint,
+            states[-1],
+            engine.legal_action_mask(RULES, states[-1]),
+            SEED,
+            1,
+            1,
+        )

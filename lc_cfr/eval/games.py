@@ -69,7 +69,7 @@ from jax.sharding import PartitionSpec as P
 
 from lc_cfr import search as search_lib
 from lc_cfr.bots import check_bot_name, jax_bots
-from lc_cfr.game import engine, rng
+from lc_cfr.game import engine, moves, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.traversal import policy as pol
@@ -184,6 +184,7 @@ class _Lanes(NamedTuple):
     deal: jax.Array  # [2, H] int32, the deal a lane plays; D when idle or recorded
     decision: jax.Array  # [2, H] int32, decision index within the lane's game
     counts: jax.Array  # [2, H, 4] int32, the agent's PLAY/DISCARD/DRAW_DECK/DRAW_PILE
+    history: jax.Array  # [2, H, T] int32, the lane's public moves (T = 0: not kept)
     next_deal: jax.Array  # [2] int32, the next deal of each seat's queue
     step: jax.Array  # [] int32
     records: dict  # name -> [2, D] int32 (the GameRecords fields)
@@ -217,17 +218,21 @@ def _network_actions(rules, spec, agent: Agent, params, player, states, seed, id
     return jax.vmap(pol.sample_action)(probs, mask, bits)
 
 
-def _seat_actions(rules, spec, agent: Agent, params, player, states, seed, deals, ids, decisions):
+def _seat_actions(
+    rules, spec, agent: Agent, params, player, states, seed, deals, ids, decisions, history
+):
     """The actions [H] of `agent` (a view, a bot or a search) moving as `player` in states
-    [H]: a bot keys its noise by the deal, a network view and a search by the game id."""
+    [H]: a bot keys its noise by the deal, a network view and a search by the game id;
+    `history` [H, T] holds the games' public moves (T = 0 when no search models its
+    opponent)."""
     if agent.search is not None:
-        return _search_actions(rules, spec, agent, params, states, seed, ids, decisions)
+        return _search_actions(rules, spec, agent, params, states, seed, ids, decisions, history)
     if agent.kind == "bot":
         return _bot_actions(rules, agent.bot, states, seed, deals, decisions)
     return _network_actions(rules, spec, agent, params, player, states, seed, ids, decisions)
 
 
-def _search_actions(rules, spec, agent: Agent, params, states, seed, ids, decisions):
+def _search_actions(rules, spec, agent: Agent, params, states, seed, ids, decisions, history):
     """The searching agent's actions [H] in states [H] (one search per lane)."""
     blueprint = agent.bot if agent.kind == "bot" else agent.kind
     one = functools.partial(
@@ -240,7 +245,20 @@ def _search_actions(rules, spec, agent: Agent, params, states, seed, ids, decisi
         fallback=agent.fallback,
         draws=agent.draws,
     )
-    return jax.vmap(one, in_axes=(0, None, 0, 0))(states, seed, ids, decisions).action
+    if not history.shape[-1]:
+        return jax.vmap(one, in_axes=(0, None, 0, 0))(states, seed, ids, decisions).action
+    found = jax.vmap(one, in_axes=(0, None, 0, 0, 0))(states, seed, ids, decisions, history)
+    return found.action
+
+
+def _history_length(rules: Rules, *players) -> int:
+    """T of the lanes' public-move histories: the full length where a searching player
+    models its opponent (which replays the game), else 0 (nothing kept)."""
+    for player in players:
+        if isinstance(player, Agent) and player.search is not None:
+            if player.search.opponent_model != "none":
+                return moves.history_length(rules)
+    return 0
 
 
 def _record(rules: Rules, records: dict, seat: int, states, deal, done, decision, counts):
@@ -284,11 +302,13 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
         rules, seed, first_deal + jnp.arange(num_deals, dtype=jnp.int32), 0
     ).astype(jnp.int8)  # [D, N]
     idle = engine.init_from_deck(rules, decks[0]).replace(terminal=jnp.bool_(True))
+    span = _history_length(rules, agent, opponent)
     lanes = _Lanes(
         states=jax.tree.map(lambda x: jnp.broadcast_to(x, (2, half) + x.shape), idle),
         deal=jnp.full((2, half), num_deals, jnp.int32),
         decision=jnp.zeros((2, half), jnp.int32),
         counts=jnp.zeros((2, half, 4), jnp.int32),
+        history=jnp.full((2, half, span), moves.NO_MOVE, jnp.int32),
         next_deal=jnp.zeros((2,), jnp.int32),
         step=jnp.int32(0),
         records={name: jnp.zeros((2, num_deals), jnp.int32) for name in GameRecords._fields},
@@ -328,6 +348,7 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
             deal=jnp.where(take, new_deal, lanes.deal),
             decision=jnp.where(take, 0, lanes.decision),
             counts=jnp.where(take[..., None], 0, lanes.counts),
+            history=jnp.where(take[..., None], moves.NO_MOVE, lanes.history),
             next_deal=lanes.next_deal + jnp.sum(take, axis=1, dtype=jnp.int32),
         )
 
@@ -353,6 +374,7 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
             deals[0],
             2 * deals[0] + p,
             lanes.decision[0],
+            lanes.history[0],
         )
         if isinstance(opponent, Agent):
             their_actions = _seat_actions(
@@ -366,6 +388,7 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
                 deals[1],
                 2 * deals[1] + 1 - p,
                 lanes.decision[1],
+                lanes.history[1],
             )
         else:
             their_actions = _bot_actions(rules, opponent, theirs, seed, deals[1], lanes.decision[1])
@@ -380,11 +403,18 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
         )
         tally = ((kind[:, None] == jnp.arange(4)) & ~mine.terminal[:, None]).astype(jnp.int32)
         live = ~lanes.states.terminal
-        stepped = jax.vmap(engine.step, in_axes=(None, 0, 0))(
-            rules, flat(lanes.states), jnp.concatenate([mine_actions, their_actions])
-        )
+        actions = jnp.concatenate([mine_actions, their_actions])
+        stepped = jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, flat(lanes.states), actions)
+        history = lanes.history
+        if span:  # static: the loop without an opponent model records nothing
+            history = split(
+                jax.vmap(moves.record, in_axes=(None, 0, 0, 0))(
+                    rules, flat(lanes.history), flat(lanes.states), actions
+                )
+            )
         return lanes._replace(
             states=split(stepped),
+            history=history,
             decision=lanes.decision + live,
             counts=lanes.counts.at[0].add(tally),
             step=lanes.step + 1,
@@ -398,6 +428,7 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
             deal=rows(lanes.deal),
             decision=rows(lanes.decision),
             counts=rows(lanes.counts),
+            history=rows(lanes.history),
         )
 
     def turn(_, lanes: _Lanes) -> _Lanes:
@@ -426,6 +457,7 @@ def _run(rules, spec, agent, opponent, num_deals, half, params, seed, first_deal
             deal=gather(lanes.deal),
             decision=gather(lanes.decision),
             counts=gather(lanes.counts),
+            history=gather(lanes.history),
         )
 
     # Phases of shrinking width: once every deal has started and at most `next` games per

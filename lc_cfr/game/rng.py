@@ -35,6 +35,8 @@ class Purpose(enum.IntEnum):
     SEARCH_ROLLOUT = 9  # search: the blueprint's sampled moves in its rollouts
     SEARCH_NOISE = 10  # search: the words a bot blueprint keys its noise with
     PATH_CHOICE = 11  # traversal: the further choices of a path that are expanded
+    SEARCH_EVIDENCE = 12  # search: a bot blueprint's noise replaying the opponent's moves
+    SEARCH_RESAMPLE = 13  # search: the draw that keeps D of the weighted worlds
 
 
 def _rotl(x, r):

@@ -162,6 +162,25 @@ def parse_info_string(info: str) -> tuple[int, list[int], list[_Event]]:
     return int(head.group(1)), [int(x) for x in head.group(2).split()], events
 
 
+def public_history(rules: Rules, info: str) -> np.ndarray:
+    """[T] int32 the public moves (`lc_cfr.game.moves`' codes, NO_MOVE after the last) of
+    a dealt state's information-state string: what a searching player's opponent model
+    replays, the same whichever player's string it is."""
+    from lc_cfr.game import moves
+
+    n = rules.n_cards
+    _, _, events = parse_info_string(info)
+    codes = {
+        "play": lambda e: e.card,
+        "discard": lambda e: n + e.card,
+        "deck": lambda e: 2 * n,
+        "pile": lambda e: 2 * n + 1 + e.color,
+    }
+    history = np.full((moves.history_length(rules),), moves.NO_MOVE, np.int32)
+    history[: len(events)] = [codes[e.kind](e) for e in events]
+    return history
+
+
 class InfostateResampler:
     """Draws a state consistent with what one player knows: ISMCTS's determinization.
 
@@ -475,7 +494,7 @@ class SearchPlayer(Player):
                 f"blueprint must be one of {list(search.BLUEPRINT_VIEWS) + list(BOT_NAMES)}, "
                 f"got {blueprint!r}"
             )
-        self.name, self._params = name, params
+        self.name, self._params, self._rules = name, params, rules
         self._seed = np.uint32(rng.as_word(seed))
         self._choose = search.jitted_search(
             rules, options, blueprint, spec, fallback, pol.check_draws(draws)
@@ -483,7 +502,11 @@ class SearchPlayer(Player):
 
     def action(self, state, *, deal, game_id, decision):
         x = jax_state(state.engine)
-        found = self._choose(self._params, x, self._seed, np.uint32(game_id), np.int32(decision))
+        info = state.information_state_string(state.current_player())
+        history = public_history(self._rules, info)
+        found = self._choose(
+            self._params, x, self._seed, np.uint32(game_id), np.int32(decision), history
+        )
         return int(found.action)
 
 

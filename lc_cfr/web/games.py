@@ -81,6 +81,7 @@ class _Session:
     state: Any  # engine.State of the game
     decision: int = 0  # decisions taken (both players)
     log: list = dataclasses.field(default_factory=list)
+    history: Any = None  # [T] int32 the public moves (search_lib.jitted_record), set at start
 
 
 class GameStore:
@@ -277,12 +278,15 @@ class GameStore:
                 self.draws,
             )
             game = 2 * session.deal + 1 - session.human  # the evaluation's id: agent's seat
+            if session.history is None:
+                session.history = search_lib.empty_history(self.rules)
             found = fn(
                 session.params,
                 state,
                 np.uint32(session.seed),
                 np.uint32(game),
                 np.int32(session.decision),
+                session.history,
             )
             action = int(found.action)
         else:
@@ -298,6 +302,10 @@ class GameStore:
         if forced:
             entry["forced"] = True
         session.log.append(entry)
+        if session.history is None:
+            session.history = search_lib.empty_history(self.rules)
+        record = search_lib.jitted_record(self.rules)
+        session.history = record(session.history, session.state, np.int32(action))
         session.state = self._step(session.state, np.int32(action))
         session.decision += 1
 
