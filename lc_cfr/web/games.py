@@ -81,7 +81,7 @@ class _Session:
     state: Any  # engine.State of the game
     decision: int = 0  # decisions taken (both players)
     log: list = dataclasses.field(default_factory=list)
-    history: Any = None  # [T] int32 the public moves (search_lib.jitted_record), set at start
+    history: Any = None  # [T] int32 the public moves (search_lib.jitted_record)
 
 
 class GameStore:
@@ -191,7 +191,17 @@ class GameStore:
                 )
             game_id = secrets.token_hex(8)
             state = self._init(np.uint32(seed), np.uint32(deal))
-            session = _Session(game_id, networks.iteration, view, seat, seed, deal, params, state)
+            session = _Session(
+                game_id,
+                networks.iteration,
+                view,
+                seat,
+                seed,
+                deal,
+                params,
+                state,
+                history=search_lib.empty_history(self.rules),
+            )
             self._games[game_id] = session
             while len(self._games) > MAX_GAMES:
                 self._games.popitem(last=False)
@@ -278,8 +288,6 @@ class GameStore:
                 self.draws,
             )
             game = 2 * session.deal + 1 - session.human  # the evaluation's id: agent's seat
-            if session.history is None:
-                session.history = search_lib.empty_history(self.rules)
             found = fn(
                 session.params,
                 state,
@@ -302,8 +310,6 @@ class GameStore:
         if forced:
             entry["forced"] = True
         session.log.append(entry)
-        if session.history is None:
-            session.history = search_lib.empty_history(self.rules)
         record = search_lib.jitted_record(self.rules)
         session.history = record(session.history, session.state, np.int32(action))
         session.state = self._step(session.state, np.int32(action))
