@@ -11,7 +11,7 @@
         [--search_blueprint=average_strategy] [--search_determinizations=D] \
         [--search_candidates=K] [--search_prior_weight=C] [--search_rollout=greedy]
         [--search_stderr_weight=Z] [--search_opponent_model=none|blueprint] \
-        [--search_world_pool=P] [--search_evidence_weight=E]
+        [--search_world_pool=P] [--search_evidence_weight=E] [--search_min_effective_share=S]
     python -m lc_cfr.evaluate --agent=safe_heuristic --views=search ...
 
 With --workdir the run's config is read from RUN/config.json and the networks of

@@ -20,9 +20,12 @@ weighted by the blueprint's likelihood of every move the opponent made in it, ra
 the power `evidence_weight` (1: the Bayesian posterior of a searcher who believes the
 opponent plays the blueprint; below 1 a tempered one, which trusts a wrong model less);
 D of them are kept by systematic resampling in proportion to their weights (Kitagawa
-1996). This is the likelihood weighting of GIB's successors and of particle-filter belief
-tracking (Silver and Veness 2010, "Monte-Carlo Planning in Large POMDPs"), with the
-weights computed afresh at every search instead of tracked from move to move.
+1996), and each kept world's undealt deck is reshuffled (`redraw_undealt`). Where the
+weights would collapse onto a few worlds, the power is lowered until they are worth
+`min_effective_share` * D independent ones (`tempered_weight`). This is the likelihood
+weighting of GIB's successors and of particle-filter belief tracking (Silver and Veness
+2010, "Monte-Carlo Planning in Large POMDPs"), with the weights computed afresh at every
+search instead of tracked from move to move.
 
 Common random numbers: every candidate meets the same D worlds, and at rollout decision
 t of world d every candidate's lane draws the same random words (keyed by (d, t), never
@@ -84,6 +87,9 @@ class SearchOptions(NamedTuple):
     opponent_model: str = "none"  # OPPONENT_MODELS: how the worlds weigh its moves
     world_pool: int = 4  # the model draws world_pool * D worlds and keeps D by weight
     evidence_weight: float = 1.0  # the power of the model's likelihood (1: Bayes' rule)
+    # the model lowers the power below evidence_weight as far as needed to keep the
+    # pool's effective worlds at min_effective_share * D or more (`tempered_weight`); 0 = off
+    min_effective_share: float = 0.5
 
 
 def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--search_") -> None:
@@ -108,6 +114,9 @@ def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--sear
         value = getattr(options, name)
         if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
             raise ValueError(f"{prefix}{name} must be a number >= 0, got {value!r}")
+    share = options.min_effective_share
+    if not isinstance(share, int | float) or isinstance(share, bool) or not 0 <= share <= 1:
+        raise ValueError(f"{prefix}min_effective_share must be a number in [0, 1], got {share!r}")
     if options.rollout not in ROLLOUT_MODES:
         raise ValueError(
             f"{prefix}rollout must be one of {list(ROLLOUT_MODES)}, got {options.rollout!r}"
@@ -171,6 +180,13 @@ def define_flags(flag_values=None) -> dict:
             default.evidence_weight,
             "Search, opponent model: the power of the opponent's likelihood in a world's "
             "weight (1 = Bayes' rule, 0 = none).",
+            **where,
+        ),
+        "min_effective_share": flags.DEFINE_float(
+            "search_min_effective_share",
+            default.min_effective_share,
+            "Search, opponent model: the evidence weight is lowered until the weighted "
+            "worlds are worth at least this share of D independent ones (0 = never).",
             **where,
         ),
     }
@@ -259,6 +275,7 @@ class SearchResult(NamedTuple):
     scores: jax.Array  # [K] float32 mean margin + c log pi'(a) - z stderr; -inf where not tried
     policy: jax.Array  # [A] float32 the blueprint at the real state
     effective_worlds: jax.Array  # [] float32 the worlds' effective sample size (D unweighted)
+    evidence_weight: jax.Array  # [] float32 the likelihood's power used (0 without a model)
 
 
 def rollout_span(rules: Rules) -> int:
@@ -374,6 +391,58 @@ def effective_worlds(log_weights: jax.Array) -> jax.Array:
     return 1.0 / jnp.sum(weights * weights)
 
 
+# Halvings of the tempering's interval: the power is then within evidence_weight * 2^-24
+# of the largest that keeps the floor, below float32's resolution of it.
+TEMPERING_STEPS = 24
+
+
+def tempered_weight(log_likelihood: jax.Array, most: float, floor) -> jax.Array:
+    """[] float32: the largest power e in [0, most] whose weights exp(e * log_likelihood)
+    [M] keep `effective_worlds` at `floor` or more (`most` itself when it does; 0 when no
+    power does, which needs floor > M).
+
+    Adaptive tempering as in sequential Monte Carlo (Jasra, Stephens, Doucet and Tsagaris
+    2011, "Inference for Levy-driven stochastic volatility models via adaptive sequential
+    Monte Carlo"): the effective sample size of exp(e l) falls as e grows (its log's
+    derivative is 2 (E_e[l] - E_2e[l]) <= 0, a tilted mean growing with the tilt), so
+    bisection finds the crossing. A pool whose likelihoods disagree by many nats keeps
+    some of the model's evidence instead of collapsing onto its best one or two worlds.
+    """
+    most = jnp.float32(most)
+
+    def keeps(e):
+        return effective_worlds(e * log_likelihood) >= floor
+
+    def halve(_, bounds):
+        low, high = bounds
+        middle = 0.5 * (low + high)
+        return jax.lax.cond(keeps(middle), lambda: (middle, high), lambda: (low, middle))
+
+    low, _ = jax.lax.fori_loop(0, TEMPERING_STEPS, halve, (jnp.float32(0.0), most))
+    return jnp.where(keeps(most), most, low)
+
+
+def redraw_undealt(rules: Rules, worlds: engine.State, words: jax.Array) -> engine.State:
+    """`worlds` [D] with the cards left in each deck reshuffled by `words` [D, N].
+
+    Exact given the world's past: the opponent's moves, and so a world's weight, depend on
+    the cards dealt and drawn so far, never on the order of those still in the deck, so
+    under the weighted posterior that order is uniform given the rest. Resampling copies a
+    heavy world many times; without the redraw each copy would also copy its deck, and the
+    search would plan every draw to come for one imagined order. `determinize` of the world
+    seen with the opponent's whole hand known has the undealt positions as its only hidden
+    ones."""
+
+    def one(world, words):
+        opponent = 1 - world.current_player
+        cards = jnp.arange(rules.n_cards)
+        held = jnp.any(world.hands[opponent].astype(jnp.int32)[:, None] == cards, axis=0)
+        seen = world.replace(known_cards=world.known_cards.at[opponent].set(held))
+        return determinize.determinize(rules, seen, words).replace(known_cards=world.known_cards)
+
+    return jax.vmap(one)(worlds, words)
+
+
 def searched_worlds(
     rules: Rules,
     options: SearchOptions,
@@ -384,11 +453,13 @@ def searched_worlds(
     game,
     decision,
 ):
-    """(worlds [D], effective worlds []): the D worlds a search plays in, and how many
-    independent draws the opponent model's weights are worth (M without a model)."""
+    """(worlds [D], effective worlds [], evidence weight []): the D worlds a search plays
+    in, how many independent draws the opponent model's weights are worth (D without a
+    model) and the likelihood's power they used (0 without a model)."""
     d = options.determinizations
     if options.opponent_model == "none":
-        return draw_worlds(rules, d, state, seed, game, decision), jnp.float32(d)
+        worlds = draw_worlds(rules, d, state, seed, game, decision)
+        return worlds, jnp.float32(d), jnp.float32(0.0)
     if history is None:
         raise ValueError(
             "--search_opponent_model=blueprint needs the game's public moves (history); "
@@ -398,10 +469,19 @@ def searched_worlds(
     log_likelihood = opponent_log_likelihood(
         rules, blueprint, pool, history, state, seed, game, decision
     )
-    log_weights = jnp.float32(options.evidence_weight) * log_likelihood
+    power = jnp.float32(options.evidence_weight)
+    if options.min_effective_share:  # static: a fixed power compiles no bisection
+        floor = jnp.float32(options.min_effective_share * d)
+        power = tempered_weight(log_likelihood, options.evidence_weight, floor)
+    log_weights = power * log_likelihood
     word = rng.random_bits(seed, decision, game, 0, rng.Purpose.SEARCH_RESAMPLE)
-    kept = resample(log_weights, d, word)
-    return jax.tree.map(lambda x: x[kept], pool), effective_worlds(log_weights)
+    kept = jax.tree.map(lambda x: x[resample(log_weights, d, word)], pool)
+    n = rules.n_cards
+    counters = jnp.arange(d, dtype=jnp.uint32)[:, None] * jnp.uint32(n) + jnp.arange(
+        n, dtype=jnp.uint32
+    )
+    words = rng.random_bits(seed, decision, game, counters, rng.Purpose.SEARCH_REDRAW)
+    return redraw_undealt(rules, kept, words), effective_worlds(log_weights), power
 
 
 def rollout_margins(
@@ -491,7 +571,7 @@ def search(
     policy = jnp.where(mask, blueprint(jax.tree.map(lambda x: x[None], state), words[None])[0], 0)
     actions, tried = candidates(policy, mask, k)
     actions = jnp.where(tried, actions, actions[0])  # slots past the legal ones repeat one
-    worlds, effective = searched_worlds(
+    worlds, effective, power = searched_worlds(
         rules, options, blueprint, state, history, seed, game, decision
     )
     margins = rollout_margins(
@@ -504,7 +584,7 @@ def search(
         scores = scores - jnp.float32(options.stderr_weight) * paired_stderr(margins)
     scores = jnp.where(tried, scores, -jnp.inf)
     best = jnp.argmax(scores)
-    return SearchResult(actions[best], actions, tried, margins, scores, policy, effective)
+    return SearchResult(actions[best], actions, tried, margins, scores, policy, effective, power)
 
 
 def search_named(

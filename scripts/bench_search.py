@@ -7,7 +7,8 @@ stage, with realistic game lengths ahead). For each setting (D determinizations 
 candidates) the script reports the first call once (compile and one search), then the
 median and the 95th percentile of the per-decision seconds, and the median's ratio to the
 blueprint's own decision (one forward and the policy at the same positions, timed in the
-same run).
+same run). With `--opponent-model blueprint` it also reports the median effective worlds
+of the weighted pool and the median evidence weight the tempering used.
 
 The blueprint is a view of a run (`--workdir`, latest checkpoint unless `--checkpoint`)
 or, without one, a network of the default config's shape with random weights (the cost
@@ -101,6 +102,12 @@ def main() -> None:
     parser.add_argument("--rollout", default="greedy", choices=search.ROLLOUT_MODES)
     parser.add_argument("--opponent-model", default="none", choices=search.OPPONENT_MODELS)
     parser.add_argument("--world-pool", type=int, default=search.SearchOptions().world_pool)
+    parser.add_argument(
+        "--evidence-weight", type=float, default=search.SearchOptions().evidence_weight
+    )
+    parser.add_argument(
+        "--min-effective-share", type=float, default=search.SearchOptions().min_effective_share
+    )
     parser.add_argument("--positions", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
@@ -133,13 +140,19 @@ def main() -> None:
     base = float(np.median(_time(own, positions)))
     print(f"blueprint: {args.view} of {where}; {len(positions)} positions")
     print(f"the blueprint's own decision: {base * 1e3:.3f} ms (median)")
-    print(f"{'D':>5} {'k':>4} {'first s':>10} {'median ms':>10} {'p95 ms':>10} {'x own':>9}")
+    print(
+        f"{'D':>5} {'k':>4} {'first s':>10} {'median ms':>10} {'p95 ms':>10} {'x own':>9} "
+        f"{'eff worlds':>10} {'e used':>8}"
+    )
     rows = []
     for d in (int(x) for x in args.determinizations.split(",")):
         for k in (int(x) for x in args.candidates.split(",")):
             options = search.SearchOptions(d, k, args.prior_weight, args.rollout)
             options = options._replace(
-                opponent_model=args.opponent_model, world_pool=args.world_pool
+                opponent_model=args.opponent_model,
+                world_pool=args.world_pool,
+                evidence_weight=args.evidence_weight,
+                min_effective_share=args.min_effective_share,
             )
             search.check_options(options, rules, prefix="--")
 
@@ -158,7 +171,7 @@ def main() -> None:
                     fallback=fallback,
                     draws=draws,
                 )
-                return found.action
+                return found.action, found.effective_worlds, found.evidence_weight
 
             fn = jax.jit(one)
             start = time.perf_counter()
@@ -166,6 +179,7 @@ def main() -> None:
             compile_seconds = time.perf_counter() - start
             seconds = _time(fn, positions)
             median, p95 = float(np.median(seconds)), float(np.percentile(seconds, 95))
+            weighed = np.array([fn(*position)[1:] for position in positions], np.float64)
             rows.append(
                 {
                     "determinizations": d,
@@ -174,11 +188,14 @@ def main() -> None:
                     "median_seconds": median,
                     "p95_seconds": p95,
                     "ratio_to_blueprint": median / base,
+                    "effective_worlds_median": float(np.median(weighed[:, 0])),
+                    "evidence_weight_median": float(np.median(weighed[:, 1])),
                 }
             )
             print(
                 f"{d:>5} {k or 'all':>4} {compile_seconds:>10.1f} {median * 1e3:>10.1f} "
-                f"{p95 * 1e3:>10.1f} {median / base:>9.0f}"
+                f"{p95 * 1e3:>10.1f} {median / base:>9.0f} {np.median(weighed[:, 0]):>10.1f} "
+                f"{np.median(weighed[:, 1]):>8.3f}"
             )
     if args.json:
         document = {

@@ -4,17 +4,20 @@ Two search settings over one blueprint play the same mirrored deals against one 
 mostly the same moves, so their margins are strongly correlated and the difference of
 two independent means (each +- 1.2 points over 500 deals against `safe_heuristic`)
 hides effects of a few points that the per-deal difference shows. For each setting
-(`raw` is the blueprint's own greedy play; `D:k:c[:z[:rollout]]` a search with D worlds, k
+(`raw` is the blueprint's own greedy play, the blueprint a run's view or, with `--agent`,
+a bot; `D:k:c[:z[:rollout]]` a search with D worlds, k
 candidates (0 = all), prior weight c and stderr weight z; a suffix `@P[:e]` adds the
 opponent model, P * D worlds weighted by the blueprint's likelihood of the opponent's
-moves to the power e, 1 by default) the script plays `--games` games against
+moves to the power e, 1 by default, tempered to keep s * D effective worlds, s 0.5 by
+default) the script plays `--games` games against
 `--opponent` on the evaluation deals of `--seed`, and prints the mean margin +- standard
 error and the mean per-deal difference to the first setting +- its standard error
 (a deal's margin: the mean of its two seats), with the seconds each took.
 
     .venv/bin/python scripts/search_pairs.py --workdir RUN [--checkpoint N] \\
         --settings raw,16:4:2,16:4:0.5,16:0:2,16:0:2@4 [--opponent safe_heuristic] \\
-        [--games 200] [--seed 20261130] [--json out.json]
+        [--games 200] [--seed 20261130] [--lanes L] [--json out.json]
+    .venv/bin/python scripts/search_pairs.py --agent safe_heuristic --settings raw,16:4:2,16:4:2@4
 """
 
 from __future__ import annotations
@@ -31,15 +34,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lc_cfr import compile_cache  # noqa: E402
 from lc_cfr import search as search_lib  # noqa: E402
+from lc_cfr.bots import check_bot_name  # noqa: E402
 from lc_cfr.eval import games as eval_games  # noqa: E402
+from lc_cfr.game.rules import Rules  # noqa: E402
 from lc_cfr.train.saved_networks import load_saved_networks  # noqa: E402
 
 RAW = "raw"
 
 
 def parse_setting(text: str) -> search_lib.SearchOptions | None:
-    """None for `raw`, else the SearchOptions of `D:k:c[:z[:rollout]][@P[:e]]`; SystemExit
-    naming it."""
+    """None for `raw`, else the SearchOptions of `D:k:c[:z[:rollout]][@P[:e[:s]]]` (P the
+    world pool, e the evidence weight, s the minimum effective share); SystemExit naming
+    it."""
     if text == RAW:
         return None
     text_search, _, model = text.partition("@")
@@ -53,11 +59,14 @@ def parse_setting(text: str) -> search_lib.SearchOptions | None:
             int(parts[0]), int(parts[1]), float(parts[2]), rollout, stderr_weight=z
         )
         if model:
-            pool, _, evidence = model.partition(":")
+            pool, _, rest = model.partition(":")
+            evidence, _, share = rest.partition(":")
+            default = search_lib.SearchOptions()
             options = options._replace(
                 opponent_model="blueprint",
                 world_pool=int(pool),
-                evidence_weight=float(evidence) if evidence else 1.0,
+                evidence_weight=float(evidence) if evidence else default.evidence_weight,
+                min_effective_share=float(share) if share else default.min_effective_share,
             )
         return options
     except ValueError as error:
@@ -75,7 +84,9 @@ def stderr(values: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workdir", required=True, help="run or exported agent")
+    blueprint = parser.add_mutually_exclusive_group(required=True)
+    blueprint.add_argument("--workdir", help="run or exported agent: its network is searched over")
+    blueprint.add_argument("--agent", help="a bot to search over instead (full game)")
     parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
     parser.add_argument("--view", default="average_strategy", help="the blueprint view")
     parser.add_argument(
@@ -84,6 +95,7 @@ def main() -> None:
     parser.add_argument("--opponent", default="safe_heuristic")
     parser.add_argument("--games", type=int, default=200, help="even: games / 2 deals")
     parser.add_argument("--seed", type=int, default=20261130, help="evaluation seed")
+    parser.add_argument("--lanes", type=int, default=None, help="games in flight (default: eval's)")
     parser.add_argument("--json", help="write the per-deal margins and summaries here")
     args = parser.parse_args()
     compile_cache.enable(compile_cache.directory())
@@ -92,25 +104,48 @@ def main() -> None:
     if len(settings) < 2:
         raise SystemExit("--settings: name at least two settings to compare")
     options = [parse_setting(s) for s in settings]
-    saved = load_saved_networks(args.workdir, args.checkpoint)
-    params = saved.policy_views().get(args.view)
-    if args.view not in search_lib.BLUEPRINT_VIEWS or params is None:
-        raise SystemExit(f"--view must be one of {list(search_lib.BLUEPRINT_VIEWS)}")
-    fallback = saved.config.regret_matching.all_negative_fallback
-    draws = saved.config.draws
+    if args.agent:
+        try:
+            check_bot_name(args.agent, "--agent")
+        except ValueError as error:
+            raise SystemExit(str(error)) from error
+        rules, spec, params, iteration = Rules(), None, None, None
+
+        def agent_of(option):
+            return eval_games.bot_agent(args.agent, "--agent", search=option)
+
+    else:
+        saved = load_saved_networks(args.workdir, args.checkpoint)
+        rules, spec, iteration = saved.rules, saved.spec, saved.iteration
+        params = saved.policy_views().get(args.view)
+        if args.view not in search_lib.BLUEPRINT_VIEWS or params is None:
+            raise SystemExit(f"--view must be one of {list(search_lib.BLUEPRINT_VIEWS)}")
+        fallback = saved.config.regret_matching.all_negative_fallback
+        draws = saved.config.draws
+
+        def agent_of(option):
+            return eval_games.network_agent(args.view, "greedy", fallback, draws, search=option)
+
     for option in options:
         if option is not None:
             try:
-                search_lib.check_options(option, saved.rules, prefix="--settings ")
+                search_lib.check_options(option, rules, prefix="--settings ")
             except ValueError as error:
                 raise SystemExit(str(error)) from error
 
     rows, margins = [], []
     for text, option in zip(settings, options, strict=True):
-        agent = eval_games.network_agent(args.view, "greedy", fallback, draws, search=option)
+        agent = agent_of(option)
         start = time.perf_counter()
         result = eval_games.play(
-            saved.rules, saved.spec, agent, args.opponent, params, games=args.games, seed=args.seed
+            rules,
+            spec,
+            agent,
+            args.opponent,
+            params,
+            games=args.games,
+            seed=args.seed,
+            lanes=args.lanes,
         )
         seconds = time.perf_counter() - start
         per_deal = deal_margins(result)
@@ -132,8 +167,9 @@ def main() -> None:
         )
     if args.json:
         document = {
-            "workdir": str(args.workdir),
-            "checkpoint": saved.iteration,
+            "workdir": args.workdir,
+            "agent": args.agent,
+            "checkpoint": iteration,
             "view": args.view,
             "opponent": args.opponent,
             "games": args.games,

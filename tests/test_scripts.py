@@ -213,3 +213,6 @@ def test_search_pairs_holds_k1_equal_to_the_raw_blueprint(best_response_run, tmp
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("search_pairs.py", f"--workdir={best_response_run}", "--settings=raw,2:1:0@0")
     assert "--settings world_pool must be an int >= 1" in failure.value.stderr
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("search_pairs.py", "--agent=wizard", "--settings=raw,2:1:0")
+    assert "--agent" in failure.value.stderr and "wizard" in failure.value.stderr

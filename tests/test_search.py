@@ -332,6 +332,7 @@ def test_openspiel_search_player_plays_the_lockstep_games(random_search):
         ({"opponent_model": "oracle"}, "--search_opponent_model"),
         ({"world_pool": 0}, "--search_world_pool"),
         ({"evidence_weight": -1.0}, "--search_evidence_weight"),
+        ({"min_effective_share": 1.5}, "--search_min_effective_share"),
     ],
 )
 def test_bad_options_name_the_flag(change, flag):
@@ -482,10 +483,48 @@ def test_resampling_keeps_each_world_in_proportion_to_its_weight():
     )
 
 
+def test_tempering_keeps_the_largest_power_above_the_floor():
+    """The tempered power is the largest e <= the flag's whose weights keep the floor of
+    effective worlds: the flag's own when it does, else a crossing found to float
+    precision (just above it the floor is lost); no power is needed for equal worlds."""
+    rand = np.random.RandomState(0)
+    for spread in (0.1, 3.0, 30.0):
+        log_likelihood = jnp.asarray(spread * rand.standard_normal(64), jnp.float32)
+        for most, floor in ((1.0, 8.0), (0.3, 32.0), (1.0, 63.0)):
+            e = float(search.tempered_weight(log_likelihood, most, floor))
+            most = float(np.float32(most))
+            assert 0.0 <= e <= most
+            assert float(search.effective_worlds(e * log_likelihood)) >= floor * (1 - 1e-5)
+            if e < most:
+                above = min(most, e * (1 + 1e-3) + 1e-6)
+                assert float(search.effective_worlds(above * log_likelihood)) < floor
+    assert float(search.effective_worlds(3.0 * jnp.arange(64.0))) < 8  # collapsed at e = 1
+    assert float(search.tempered_weight(jnp.zeros(64), 1.0, 64.0)) == 1.0
+
+
+def test_redrawing_the_undealt_deck_keeps_the_worlds_past():
+    """A kept world's deck order past deck_pos is redrawn: its hands, piles, expeditions
+    and dealt cards stay, the undealt cards are a permutation of its own, and copies of
+    one world (what resampling makes) part ways in the cards they will draw."""
+    redraw = jax.jit(lambda worlds, words: search.redraw_undealt(RULES, worlds, words))
+    for _, _, states in _random_histories(RULES, deals=2, depths=(4, 9)):
+        world = search.draw_worlds(RULES, 1, states[-1], SEED, 0, 0)
+        copies = jax.tree.map(lambda x: jnp.repeat(x, 8, axis=0), world)
+        words = jax.random.bits(jax.random.PRNGKey(5), (8, RULES.n_cards), jnp.uint32)
+        new, old = _host(redraw(copies, words)), _host(copies)
+        cut = int(old.deck_pos[0])
+        for name in ("hands", "discards", "expedition_cards", "known_cards", "deck_pos"):
+            np.testing.assert_array_equal(getattr(new, name), getattr(old, name), err_msg=name)
+        np.testing.assert_array_equal(new.deck[:, :cut], old.deck[:, :cut])
+        np.testing.assert_array_equal(np.sort(new.deck[:, cut:]), np.sort(old.deck[:, cut:]))
+        assert len({tuple(row[cut:]) for row in new.deck}) > 1
+
+
 def test_the_opponent_model_without_evidence_is_the_plain_search():
     """evidence_weight 0 and a pool of D worlds weigh every world alike and keep each
-    once: the search's answer is the plain search's, bit for bit; with evidence the
-    worlds change. A caller without the game's moves is refused by name."""
+    once: the worlds are the plain search's but for the redrawn order of their undealt
+    cards, the blueprint's candidates are the same and the effective worlds are D; with
+    evidence the worlds change. A caller without the game's moves is refused by name."""
     blueprint = search.network_blueprint(RULES, SPEC, "average_strategy", _params(2))
     plain = search.SearchOptions(determinizations=8, candidates=0)
     flat = plain._replace(opponent_model="blueprint", world_pool=1, evidence_weight=0.0)
@@ -494,18 +533,30 @@ def test_the_opponent_model_without_evidence_is_the_plain_search():
     @jax.jit
     def three(state, history):
         mask = engine.legal_action_mask(RULES, state)
-        return [
+        found = [
             search.search(RULES, o, blueprint, state, mask, SEED, 4, 6, history)
             for o in (plain, flat, weighed)
         ]
+        worlds = [
+            search.searched_worlds(RULES, o, blueprint, state, history, SEED, 4, 6)[0]
+            for o in (plain, flat)
+        ]
+        return found, worlds
 
     changed = False
     for _, actions, states in _random_histories(RULES, deals=3, depths=(5, 12)):
-        a, b, c = three(states[-1], _history(RULES, actions, states))
-        for name in search.SearchResult._fields:
+        (a, b, c), (mine, theirs) = three(states[-1], _history(RULES, actions, states))
+        for name in ("candidates", "tried", "policy"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        assert float(b.effective_worlds) == pytest.approx(8.0) and float(b.evidence_weight) == 0
+        mine, theirs = _host(mine), _host(theirs)
+        cut = int(mine.deck_pos[0])
+        np.testing.assert_array_equal(mine.hands, theirs.hands)
+        np.testing.assert_array_equal(mine.deck[:, :cut], theirs.deck[:, :cut])
+        np.testing.assert_array_equal(np.sort(mine.deck[:, cut:]), np.sort(theirs.deck[:, cut:]))
         changed |= bool((np.asarray(c.margins) != np.asarray(a.margins)).any())
-        assert 1.0 <= float(c.effective_worlds) <= 32.001  # 32 pooled worlds
+        assert 4.0 * (1 - 1e-5) <= float(c.effective_worlds) <= 32.001  # floor D / 2 of 32
+        assert 0.0 <= float(c.evidence_weight) <= 1.0
     assert changed
     with pytest.raises(ValueError, match="public moves"):
         search.search(

@@ -37,6 +37,7 @@ class Purpose(enum.IntEnum):
     PATH_CHOICE = 11  # traversal: the further choices of a path that are expanded
     SEARCH_EVIDENCE = 12  # search: a bot blueprint's noise replaying the opponent's moves
     SEARCH_RESAMPLE = 13  # search: the draw that keeps D of the weighted worlds
+    SEARCH_REDRAW = 14  # search: the kept worlds' undealt decks, reshuffled
 
 
 def _rotl(x, r):
