@@ -139,8 +139,14 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.regret_matching.floor = 0.0
 
     config.training_weighting = ml_collections.ConfigDict()
-    # lcfr (weight = iteration t) | quadratic (t^2, Discounted CFR's gamma = 2) | uniform
+    # How iteration t's samples weigh in the regrets (advantage networks): lcfr (weight t)
+    # | quadratic (t^2) | uniform
     config.training_weighting.mode = "lcfr"
+    # ... and in the average strategy (strategy network, SD-CFR snapshots), Discounted
+    # CFR's separate gamma: uniform (0) | lcfr (1) | quadratic (2) | same (as `mode`).
+    # Uniform fits of the two-hour run's memory beat lcfr's by 8-10 points against
+    # passive_discard and tie against the safe bots (docs/experiments.md 38).
+    config.training_weighting.average_mode = "uniform"
 
     config.self_play = ml_collections.ConfigDict()
     config.self_play.league_size = 4  # past strategy snapshots kept for `league`
@@ -297,8 +303,9 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     """The default until 2026-12-04 (docs/experiments.md sections 2-13): the expansion at
     a decision drawn uniformly below the length of a game without pile draws, children
     played out to the end, the encoding alone, any draw, a warm-started strategy network
-    and 512 advantage updates an iteration. The small variants' yardsticks were measured
-    with it, so `tiny`, `small` and `smoke` apply it (and then set their own updates)."""
+    averaging as the regrets weigh and 512 advantage updates an iteration. The small
+    variants' yardsticks were measured with it, so `tiny`, `small` and `smoke` apply it
+    (and then set their own updates)."""
     config.draws = "any"
     config.traversal.expand_at = "sampled"
     config.traversal.leaf_decisions = 0
@@ -306,6 +313,7 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     config.optimization.strategy_init = "warm_start"
     config.optimization.strategy_train_when = "every"
     config.optimization.advantage_epochs = 0.0
+    config.training_weighting.average_mode = "same"
     # `classic` applies this after a preset's own sizes (`tiny,classic`): only the
     # default's chunk becomes plain's fixed 512, a preset's updates stay
     if config.optimization.advantage_updates == ADVANTAGE_CHUNK:

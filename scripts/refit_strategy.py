@@ -6,7 +6,7 @@ fits it a little every iteration, warm-started (`optimization.strategy_updates` 
 scratch, at the end. This script asks whether the trained network is under- or
 over-fitted: it restores checkpoint STEP of a run, trains the strategy network further
 (`--init warm`) or anew (`--init scratch`) with `--updates` updates of `--batch` rows of
-that checkpoint's strategy memory, under `--weighting` (training_weighting.mode), and
+that checkpoint's strategy memory, under `--weighting` (training_weighting.average_mode), and
 plays the checkpoint's network and the refitted one against the same bots on the same
 mirrored deals (greedy), margin +- standard error.
 
@@ -32,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lc_cfr.eval.api import evaluate  # noqa: E402
-from lc_cfr.learn.learner import WEIGHTING_MODES  # noqa: E402
+from lc_cfr.learn.learner import WEIGHTING_MODES, average_weighting  # noqa: E402
 from lc_cfr.train.run_format import read_run_config  # noqa: E402
 from lc_cfr.train.saved_networks import strategy_note  # noqa: E402
 from lc_cfr.train.trainer import Trainer  # noqa: E402
@@ -81,7 +81,7 @@ def main() -> None:
     config.optimization.strategy_updates = args.updates
     config.optimization.strategy_batch_size = args.batch
     if args.weighting is not None:
-        config.training_weighting.mode = args.weighting
+        config.training_weighting.average_mode = args.weighting
     # no evaluation or exploitability schedule of the run's: this script evaluates
     config.evaluation.eval_every = 0
     config.evaluation.extended_eval_every = 0
@@ -120,7 +120,9 @@ def main() -> None:
         "init": args.init,
         "updates": args.updates,
         "batch": args.batch,
-        "weighting": config.training_weighting.mode,
+        "weighting": average_weighting(
+            config.training_weighting.mode, config.training_weighting.average_mode
+        ),
         "memory_rows": int(state.strategy_memory.size),
         "refit_seconds": seconds,
         "loss_first": float(losses["loss_first"]),

@@ -243,3 +243,23 @@ def test_training_in_chunks_equals_the_same_calls_by_hand():
     with pytest.raises(ValueError, match="multiple of 4"):
         learn_api.train_in_chunks(learner, *start, memory, key, 6)
     assert learner.trace_count == 1
+
+
+def test_the_average_strategy_has_its_own_weighting():
+    """training_weighting.average_mode weighs the strategy network's samples and leaves
+    the advantage networks' to training_weighting.mode; 'same' follows mode."""
+    from configs.default import get_config
+    from lc_cfr.train.setup import learner_from_config, training_from_config
+
+    config = get_config("smoke")
+    config.training_weighting.mode = "quadratic"
+    config.training_weighting.average_mode = "uniform"
+    spec = mlp.NetworkSpec(input_size=E, num_actions=A, hidden_size=8, num_layers=1)
+    assert learner_from_config(config, spec, "advantage").weighting == "quadratic"
+    assert learner_from_config(config, spec, "strategy").weighting == "uniform"
+    assert training_from_config(config).average_weighting == "uniform"
+    config.training_weighting.average_mode = "same"
+    assert learner_from_config(config, spec, "strategy").weighting == "quadratic"
+    assert training_from_config(config).average_weighting == "quadratic"
+    with pytest.raises(ValueError, match="training_weighting.average_mode"):
+        lr.average_weighting("lcfr", "linear")

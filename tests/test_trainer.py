@@ -239,6 +239,7 @@ def test_config_errors_name_the_field(tmp_path):
         ({"rules.n_colors": 7}, "rules.n_colors"),
         ({"network.activation": "swish"}, "network.activation"),
         ({"training_weighting.mode": "t2"}, "training_weighting.mode"),
+        ({"training_weighting.average_mode": "t0"}, "training_weighting.average_mode"),
         ({"optimization.advantage_init": "keep"}, "optimization.advantage_init"),
         ({"optimization.strategy_init": "keep"}, "optimization.strategy_init"),
         ({"optimization.strategy_train_when": "often"}, "optimization.strategy_train_when must"),

@@ -47,13 +47,29 @@ def make_optimizer(
     return adamw
 
 
-def check_weighting(mode: str) -> str:
-    """Returns `mode` if it is a known weighting, else raises a ValueError naming it."""
+# training_weighting.average_mode's value for "the regrets' weighting"
+SAME_WEIGHTING = "same"
+
+
+def check_weighting(mode: str, field: str = "training_weighting.mode") -> str:
+    """Returns `mode` if it is a known weighting, else raises a ValueError naming `field`."""
     if mode not in WEIGHTING_MODES:
-        raise ValueError(
-            f"training_weighting.mode must be one of {list(WEIGHTING_MODES)}, got {mode!r}"
-        )
+        raise ValueError(f"{field} must be one of {list(WEIGHTING_MODES)}, got {mode!r}")
     return mode
+
+
+def average_weighting(mode: str, average_mode: str) -> str:
+    """The weighting of the average strategy: `average_mode`, or the regrets' `mode` for
+    'same'; raises a ValueError naming the field of an unknown one.
+
+    Discounted CFR (Brown & Sandholm 2019, arXiv:1809.04040) weighs the regrets and the
+    average strategy separately (its alpha, beta and gamma): the average's weights t^gamma
+    decide which iterations' policies the played strategy is made of, not how fast the
+    regrets forget."""
+    check_weighting(mode)
+    if average_mode == SAME_WEIGHTING:
+        return mode
+    return check_weighting(average_mode, "training_weighting.average_mode")
 
 
 def sample_weights(iteration: jax.Array, *, mode: str) -> jax.Array:

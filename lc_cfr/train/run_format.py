@@ -103,6 +103,7 @@ ADDED_FIELDS = {
     # are restored into this codec), so a saved config without them takes the defaults
     "memory.info_storage": "packed",
     "memory.initial_rows": 65_536,
+    "training_weighting.average_mode": "same",  # the average weighed as the regrets
 }
 
 

@@ -18,7 +18,7 @@ from lc_cfr.eval import POLICY_VIEWS, SD_CFR
 from lc_cfr.eval.api import parse_names
 from lc_cfr.game.rules import Rules
 from lc_cfr.learn import Learner, make_optimizer
-from lc_cfr.learn.learner import check_weighting
+from lc_cfr.learn.learner import average_weighting, check_weighting
 from lc_cfr.memory import codec as memory_codec
 from lc_cfr.nets import mlp
 from lc_cfr.train import health
@@ -78,7 +78,7 @@ class Training(NamedTuple):
     strategy_train_every: int
     strategy_train_when: str  # optimization.strategy_train_when: every | read
     non_finite: str  # optimization.non_finite: stop | skip
-    weighting: str  # training_weighting.mode
+    average_weighting: str  # training_weighting.average_mode resolved: SD-CFR's snapshots
     advantage_capacity: int  # memory.*_capacity: rows each memory keeps
     strategy_capacity: int
     value_capacity: int
@@ -290,10 +290,13 @@ def learner_from_config(config, spec: mlp.NetworkSpec, kind: str, codec=None):
     opt = config.optimization
     if opt.learner not in LEARNERS:
         raise ValueError(f"optimization.learner must be one of {LEARNERS}, got {opt.learner!r}")
+    weighting = config.training_weighting.mode
+    if kind == "strategy":
+        weighting = average_weighting(weighting, config.training_weighting.average_mode)
     sizes = dict(
         batch_size=opt[f"{kind}_batch_size"],
         num_updates=opt[f"{kind}_updates"],
-        weighting=config.training_weighting.mode,
+        weighting=weighting,
     )
     if opt.learner == "optax":
         return Learner(spec, kind=kind, optimizer=_optimizer(opt), codec=codec, **sizes)
@@ -396,7 +399,8 @@ def training_from_config(config) -> Training:
     """The optimization, memory, self_play and sd_cfr settings of the loop, checked."""
     opt, memory, sp = config.optimization, config.memory, config.self_play
     epsilon = epsilon_schedule_from_config(config)
-    check_weighting(config.training_weighting.mode)
+    weighting = config.training_weighting
+    check_weighting(weighting.mode)
     for field in ("advantage_init", "strategy_init"):
         if opt[field] not in NETWORK_INITS:
             raise ValueError(
@@ -432,7 +436,7 @@ def training_from_config(config) -> Training:
         strategy_train_every=opt.strategy_train_every,
         strategy_train_when=opt.strategy_train_when,
         non_finite=opt.non_finite,
-        weighting=config.training_weighting.mode,
+        average_weighting=average_weighting(weighting.mode, weighting.average_mode),
         advantage_capacity=memory.advantage_capacity,
         strategy_capacity=memory.strategy_capacity,
         value_capacity=memory.value_capacity,

@@ -32,7 +32,8 @@ def league_slot(added: int, league_size: int) -> int:
 
 
 def iteration_weight(t: int, weighting: str) -> float:
-    """Iteration t's weight in the average strategy (`training_weighting.mode`)."""
+    """Iteration t's weight in the average strategy (`training_weighting.average_mode`,
+    resolved)."""
     return {"lcfr": float(t), "quadratic": float(t) ** 2}.get(weighting, 1.0)
 
 

@@ -354,7 +354,7 @@ class Trainer:
             state.sd_count,
             state.sd_weight,
             params,
-            weight=snapshots.iteration_weight(t, self.training.weighting),
+            weight=snapshots.iteration_weight(t, self.training.average_weighting),
             draw=float(draw),
             pick=int(pick),
         )
