@@ -307,16 +307,19 @@ def paired_stderr(margins: jax.Array) -> jax.Array:
     return jnp.std(difference, axis=1, ddof=1) / jnp.sqrt(jnp.float32(d))
 
 
-def draw_worlds(rules: Rules, count: int, state: engine.State, seed, game, decision):
-    """`count` worlds of `state`'s mover (`determinize`), world m from the words
-    random_bits(seed, decision, game, m * N + i, DETERMINIZE): a larger pool begins with
-    the same worlds."""
+def world_words(rules: Rules, count: int, seed, game, decision, purpose) -> jax.Array:
+    """[count, N] uint32: world m's words random_bits(seed, decision, game, m * N + i,
+    purpose), one per card position."""
     n = rules.n_cards
     worlds = jnp.arange(count, dtype=jnp.uint32)
     cards = jnp.arange(n, dtype=jnp.uint32)
-    words = rng.random_bits(
-        seed, decision, game, worlds[:, None] * jnp.uint32(n) + cards, rng.Purpose.DETERMINIZE
-    )  # [count, N]
+    return rng.random_bits(seed, decision, game, worlds[:, None] * jnp.uint32(n) + cards, purpose)
+
+
+def draw_worlds(rules: Rules, count: int, state: engine.State, seed, game, decision):
+    """`count` worlds of `state`'s mover (`determinize`) from `world_words` with
+    DETERMINIZE: a larger pool begins with the same worlds."""
+    words = world_words(rules, count, seed, game, decision, rng.Purpose.DETERMINIZE)
     return jax.vmap(determinize.determinize, in_axes=(None, None, 0))(rules, state, words)
 
 
@@ -476,11 +479,7 @@ def searched_worlds(
     log_weights = power * log_likelihood
     word = rng.random_bits(seed, decision, game, 0, rng.Purpose.SEARCH_RESAMPLE)
     kept = jax.tree.map(lambda x: x[resample(log_weights, d, word)], pool)
-    n = rules.n_cards
-    counters = jnp.arange(d, dtype=jnp.uint32)[:, None] * jnp.uint32(n) + jnp.arange(
-        n, dtype=jnp.uint32
-    )
-    words = rng.random_bits(seed, decision, game, counters, rng.Purpose.SEARCH_REDRAW)
+    words = world_words(rules, d, seed, game, decision, rng.Purpose.SEARCH_REDRAW)
     return redraw_undealt(rules, kept, words), effective_worlds(log_weights), power
 
 
@@ -624,8 +623,8 @@ def jitted_record(rules: Rules):
 
 
 def empty_history(rules: Rules):
-    """[T] int32, a game's history before its first move."""
-    return jnp.full((moves.history_length(rules),), moves.NO_MOVE, jnp.int32)
+    """[T] int32, a game's history before its first move (`moves.empty_history`)."""
+    return jnp.asarray(moves.empty_history(rules))
 
 
 @functools.cache

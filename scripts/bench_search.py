@@ -82,13 +82,14 @@ def _blueprint(args, rules):
     return spec, params, draws, fallback, where
 
 
-def _time(fn, positions) -> list[float]:
-    seconds = []
+def _time(fn, positions) -> tuple[list[float], list]:
+    """(seconds, results) of `fn` at each position."""
+    seconds, results = [], []
     for state, history in positions:
         start = time.perf_counter()
-        jax.block_until_ready(fn(state, history))
+        results.append(jax.block_until_ready(fn(state, history)))
         seconds.append(time.perf_counter() - start)
-    return seconds
+    return seconds, results
 
 
 def main() -> None:
@@ -137,7 +138,7 @@ def main() -> None:
 
     own = jax.jit(own)
     jax.block_until_ready(own(*positions[0]))
-    base = float(np.median(_time(own, positions)))
+    base = float(np.median(_time(own, positions)[0]))
     print(f"blueprint: {args.view} of {where}; {len(positions)} positions")
     print(f"the blueprint's own decision: {base * 1e3:.3f} ms (median)")
     print(
@@ -177,9 +178,9 @@ def main() -> None:
             start = time.perf_counter()
             jax.block_until_ready(fn(*positions[0]))
             compile_seconds = time.perf_counter() - start
-            seconds = _time(fn, positions)
+            seconds, results = _time(fn, positions)
             median, p95 = float(np.median(seconds)), float(np.percentile(seconds, 95))
-            weighed = np.array([fn(*position)[1:] for position in positions], np.float64)
+            weighed = np.array([result[1:] for result in results], np.float64)
             rows.append(
                 {
                     "determinizations": d,

@@ -245,8 +245,7 @@ def _search_actions(rules, spec, agent: Agent, params, states, seed, ids, decisi
         fallback=agent.fallback,
         draws=agent.draws,
     )
-    if not history.shape[-1]:
-        return jax.vmap(one, in_axes=(0, None, 0, 0))(states, seed, ids, decisions).action
+    # without an opponent model the history is [H, 0] and the search never reads it
     found = jax.vmap(one, in_axes=(0, None, 0, 0, 0))(states, seed, ids, decisions, history)
     return found.action
 

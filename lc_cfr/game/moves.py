@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from lc_cfr.game import engine
 from lc_cfr.game.rules import CARD_PHASE, Rules
@@ -29,15 +30,32 @@ def history_length(rules: Rules) -> int:
     return 2 * rules.max_turns + 2
 
 
+def card_move(rules: Rules, card, discard):
+    """The code of playing (discard false) or discarding `card`."""
+    return card + rules.n_cards * discard
+
+
+def draw_move(rules: Rules, source):
+    """The code of a draw from `source`: 0 the deck, 1 + c the discard pile of colour c
+    (the order of the engine's draw actions)."""
+    return 2 * rules.n_cards + source
+
+
 def public_move(rules: Rules, state: engine.State, action) -> jax.Array:
     """[] int32 the public code of `action` taken in `state` (see the module docstring)."""
-    n, h = rules.n_cards, rules.hand_size
+    h = rules.hand_size
     action = jnp.asarray(action, jnp.int32)
-    slot = jnp.clip(jnp.where(action < h, action, action - h), 0, h - 1)
+    discard = action >= h
+    slot = jnp.clip(jnp.where(discard, action - h, action), 0, h - 1)
     card = state.hands[state.current_player, slot].astype(jnp.int32)
-    card_move = jnp.where(action < h, card, n + card)
-    draw_move = 2 * n + action - rules.draw_deck_action
-    return jnp.where(state.phase == CARD_PHASE, card_move, draw_move).astype(jnp.int32)
+    played = card_move(rules, card, discard.astype(jnp.int32))
+    drawn = draw_move(rules, action - rules.draw_deck_action)
+    return jnp.where(state.phase == CARD_PHASE, played, drawn).astype(jnp.int32)
+
+
+def empty_history(rules: Rules) -> np.ndarray:
+    """[T] int32, a game's history before its first move."""
+    return np.full((history_length(rules),), NO_MOVE, np.int32)
 
 
 def move_action(rules: Rules, state: engine.State, move) -> jax.Array:

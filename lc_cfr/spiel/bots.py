@@ -168,15 +168,14 @@ def public_history(rules: Rules, info: str) -> np.ndarray:
     replays, the same whichever player's string it is."""
     from lc_cfr.game import moves
 
-    n = rules.n_cards
     _, _, events = parse_info_string(info)
     codes = {
-        "play": lambda e: e.card,
-        "discard": lambda e: n + e.card,
-        "deck": lambda e: 2 * n,
-        "pile": lambda e: 2 * n + 1 + e.color,
+        "play": lambda e: moves.card_move(rules, e.card, 0),
+        "discard": lambda e: moves.card_move(rules, e.card, 1),
+        "deck": lambda e: moves.draw_move(rules, 0),
+        "pile": lambda e: moves.draw_move(rules, 1 + e.color),
     }
-    history = np.full((moves.history_length(rules),), moves.NO_MOVE, np.int32)
+    history = moves.empty_history(rules)
     history[: len(events)] = [codes[e.kind](e) for e in events]
     return history
 
