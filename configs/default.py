@@ -209,6 +209,12 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # a checkpoint in between holds the last fit). The fits it skips took 17-21% of each
     # iteration of the two-hour run of docs/experiments.md 29.
     config.optimization.strategy_train_when = "read"
+    # The learning rate over each strategy fit: constant | cosine (from learning_rate down
+    # to 0 over strategy_updates; needs strategy_init=scratch). A constant rate leaves the
+    # fit wherever its last batches threw it: four fits of one memory ranged over 10 points
+    # against passive_discard; decayed, over 1 to 2, and no worse on average against any
+    # bot, up to 4 points better (docs/experiments.md 40).
+    config.optimization.strategy_lr_schedule = "cosine"
     config.optimization.value_updates = 256  # value network (outcome estimators), warm
     config.optimization.value_batch_size = 512  # samples per value update
     # optax (JAX) | torch (on run.device, with run.use_amp / run.torch_compile); the two
@@ -303,15 +309,16 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     """The default until 2026-12-04 (docs/experiments.md sections 2-13): the expansion at
     a decision drawn uniformly below the length of a game without pile draws, children
     played out to the end, the encoding alone, any draw, a warm-started strategy network
-    averaging as the regrets weigh and 512 advantage updates an iteration. The small
-    variants' yardsticks were measured with it, so `tiny`, `small` and `smoke` apply it
-    (and then set their own updates)."""
+    at a constant learning rate averaging as the regrets weigh and 512 advantage updates
+    an iteration. The small variants' yardsticks were measured with it, so `tiny`, `small`
+    and `smoke` apply it (and then set their own updates)."""
     config.draws = "any"
     config.traversal.expand_at = "sampled"
     config.traversal.leaf_decisions = 0
     config.network.strategic_features = False
     config.optimization.strategy_init = "warm_start"
     config.optimization.strategy_train_when = "every"
+    config.optimization.strategy_lr_schedule = "constant"
     config.optimization.advantage_epochs = 0.0
     config.training_weighting.average_mode = "same"
     # `classic` applies this after a preset's own sizes (`tiny,classic`): only the

@@ -6,12 +6,14 @@ fits it a little every iteration, warm-started (`optimization.strategy_updates` 
 scratch, at the end. This script asks whether the trained network is under- or
 over-fitted: it restores checkpoint STEP of a run, trains the strategy network further
 (`--init warm`) or anew (`--init scratch`) with `--updates` updates of `--batch` rows of
-that checkpoint's strategy memory, under `--weighting` (training_weighting.average_mode), and
+that checkpoint's strategy memory, under `--weighting` (training_weighting.average_mode) and
+`--lr-schedule` (optimization.strategy_lr_schedule; a cosine needs `--init scratch`), and
 plays the checkpoint's network and the refitted one against the same bots on the same
 mirrored deals (greedy), margin +- standard error.
 
     .venv/bin/python scripts/refit_strategy.py --workdir RUN [--checkpoint STEP] \\
         [--init warm|scratch] [--updates 4096] [--batch 1024] [--weighting lcfr] \\
+        [--lr-schedule constant|cosine] \\
         [--opponents passive_discard,safe_heuristic] [--games 2000] [--seed 0] \\
         [--json out.json]
 
@@ -32,9 +34,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lc_cfr.eval.api import evaluate  # noqa: E402
-from lc_cfr.learn.learner import WEIGHTING_MODES, average_weighting  # noqa: E402
+from lc_cfr.learn.learner import LR_SCHEDULES, WEIGHTING_MODES, average_weighting  # noqa: E402
 from lc_cfr.train.run_format import read_run_config  # noqa: E402
 from lc_cfr.train.saved_networks import strategy_note  # noqa: E402
+from lc_cfr.train.setup import learner_from_config  # noqa: E402
 from lc_cfr.train.trainer import Trainer  # noqa: E402
 
 INITS = ("warm", "scratch")
@@ -63,6 +66,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--weighting", default=None, help="default: the run's")
+    parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, help="default: the run's")
     parser.add_argument("--opponents", default="passive_discard,safe_heuristic")
     parser.add_argument("--games", type=int, default=2000, help="per opponent (even)")
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed")
@@ -78,20 +82,35 @@ def main() -> None:
     if args.weighting is not None and args.weighting not in WEIGHTING_MODES:
         raise SystemExit(f"--weighting must be one of {list(WEIGHTING_MODES)}")
     config = read_run_config(workdir / "config.json")
-    config.optimization.strategy_updates = args.updates
-    config.optimization.strategy_batch_size = args.batch
-    if args.weighting is not None:
-        config.training_weighting.average_mode = args.weighting
     # no evaluation or exploitability schedule of the run's: this script evaluates
     config.evaluation.eval_every = 0
     config.evaluation.extended_eval_every = 0
     config.evaluation.exploitability_every = 0
+    # the run's own config restores its checkpoint (the optimizer state's shape follows
+    # its schedule); the refit's learner takes the flags
+    fit = config.copy_and_resolve_references()
+    fit.optimization.strategy_updates = args.updates
+    fit.optimization.strategy_batch_size = args.batch
+    if args.weighting is not None:
+        fit.training_weighting.average_mode = args.weighting
+    if args.lr_schedule is not None:
+        fit.optimization.strategy_lr_schedule = args.lr_schedule
+    schedule = fit.optimization.strategy_lr_schedule
+    if args.init == "warm" and "cosine" in (schedule, config.optimization.strategy_lr_schedule):
+        raise SystemExit(
+            "--lr-schedule: a cosine decays over one fit from a fresh network (the run's "
+            f"is {config.optimization.strategy_lr_schedule}); pass --init scratch, or "
+            "--lr-schedule constant for a run fitted at a constant rate"
+        )
+    fit.optimization.strategy_init = "scratch" if args.init == "scratch" else "warm_start"
     trainer = Trainer(config, workdir)
     restored = trainer.restore(args.checkpoint)
     if restored is None:
         raise SystemExit(f"--workdir: no checkpoint in {workdir / 'checkpoints'}")
     state, _ = restored
-    learner = trainer.strategy_learner
+    learner = learner_from_config(
+        fit, trainer.spec, "strategy", codec=trainer.strategy_learner.codec
+    )
     key = jax.random.PRNGKey(args.refit_seed)
     if args.init == "scratch":
         params, opt_state = learner.init(jax.random.fold_in(key, 1))
@@ -120,8 +139,9 @@ def main() -> None:
         "init": args.init,
         "updates": args.updates,
         "batch": args.batch,
+        "lr_schedule": schedule,
         "weighting": average_weighting(
-            config.training_weighting.mode, config.training_weighting.average_mode
+            fit.training_weighting.mode, fit.training_weighting.average_mode
         ),
         "memory_rows": int(state.strategy_memory.size),
         "refit_seconds": seconds,
@@ -135,7 +155,8 @@ def main() -> None:
     }
     print(
         f"checkpoint {result['checkpoint']} of {workdir}: {args.init} refit, {args.updates} "
-        f"updates of {args.batch} rows ({result['weighting']}) on {result['memory_rows']} "
+        f"updates of {args.batch} rows ({result['weighting']}, {schedule} rate) on "
+        f"{result['memory_rows']} "
         f"rows in {seconds:.1f}s, loss {result['loss_first']:.4f} -> {result['loss_last']:.4f}"
     )
     note = strategy_note(result["checkpoint"], result["before_iteration"])

@@ -192,6 +192,20 @@ def test_grad_clip_limits_the_global_norm():
     )
 
 
+def test_cosine_decay_takes_the_learning_rate_to_zero_over_the_fit():
+    optimizer = lr.make_optimizer(learning_rate=0.1, weight_decay=0.0, grad_clip=0.0, decay_steps=4)
+    params = {"w": jnp.zeros(3)}
+    state = optimizer.init(params)
+    steps = []
+    for _ in range(6):
+        updates, state = optimizer.update({"w": jnp.ones(3)}, state, params)
+        steps.append(-float(updates["w"][0]))
+    # a constant gradient makes Adam's normalised step 1 (to its epsilon): what remains is
+    # the rate itself, a half cosine from 0.1 to 0 over four updates, then 0
+    expected = [0.1 * (1 + np.cos(np.pi * k / 4)) / 2 for k in range(4)] + [0.0, 0.0]
+    np.testing.assert_allclose(steps, expected, rtol=1e-5, atol=1e-9)
+
+
 def test_training_compiles_once():
     learner = _learner("advantage", num_updates=3)
     memory = _dataset("advantage")

@@ -137,6 +137,7 @@ def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path
         "--init=scratch",
         "--updates=4",
         "--batch=8",
+        "--lr-schedule=cosine",  # the smoke run's own is constant
         "--opponents=passive_discard",
         "--games=4",
         f"--json={refit}",
@@ -144,11 +145,15 @@ def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path
     result = json.loads(refit.read_text())
     assert result["checkpoint"] == 1 and result["memory_rows"] > 0
     assert result["init"] == "scratch" and result["updates"] == 4
+    assert result["lr_schedule"] == "cosine"
     assert set(result["before"]) == set(result["after"]) == {"passive_discard"}
     assert np.isfinite(result["loss_first"]) and np.isfinite(result["loss_last"])
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("refit_strategy.py", f"--workdir={run}", "--weighting=cubic")
     assert "--weighting must be one of" in failure.value.stderr
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("refit_strategy.py", f"--workdir={run}", "--lr-schedule=cosine", "--init=warm")
+    assert "--lr-schedule: a cosine decays over one fit" in failure.value.stderr
 
 
 @pytest.mark.slow

@@ -214,13 +214,14 @@ def test_masked_log_policy_gradients_are_finite_and_match():
 
 
 # ---------------------------------------------------------------- optimizer step
-@pytest.mark.parametrize("grad_clip", [0.0, 0.5, 100.0])
-def test_adamw_step_matches_optax(grad_clip):
-    """Identical gradient sequences: clip (triggered at 0.5, not at 100) + AdamW."""
+@pytest.mark.parametrize(("grad_clip", "decay_steps"), [(0.0, 0), (0.5, 0), (100.0, 0), (0.5, 4)])
+def test_adamw_step_matches_optax(grad_clip, decay_steps):
+    """Identical gradient sequences: clip (triggered at 0.5, not at 100) + AdamW, at a
+    constant learning rate or one decayed to 0 at the fifth step (decay_steps=4)."""
     spec = _spec()
     params = _flax_params(spec)
     model = tn.from_layout(spec, mlp.to_layout(spec, params))
-    kw = dict(learning_rate=1e-2, weight_decay=0.3, grad_clip=grad_clip)
+    kw = dict(learning_rate=1e-2, weight_decay=0.3, grad_clip=grad_clip, decay_steps=decay_steps)
     optimizer = lr.make_optimizer(**kw)
     learner = tl.TorchLearner(
         spec, kind="advantage", batch_size=1, num_updates=1, weighting="lcfr", **kw

@@ -151,6 +151,7 @@ DEFAULT_MODES = (
     "network.strategic_features",
     "optimization.strategy_init",
     "optimization.strategy_train_when",
+    "optimization.strategy_lr_schedule",
     "optimization.advantage_epochs",
 )
 
@@ -244,6 +245,11 @@ def test_config_errors_name_the_field(tmp_path):
         ({"optimization.strategy_init": "keep"}, "optimization.strategy_init"),
         ({"optimization.strategy_train_when": "often"}, "optimization.strategy_train_when must"),
         ({"optimization.strategy_train_when": "read"}, "needs optimization.strategy_init='scr"),
+        ({"optimization.strategy_lr_schedule": "step"}, "optimization.strategy_lr_schedule must"),
+        (
+            {"optimization.strategy_lr_schedule": "cosine"},
+            "strategy_lr_schedule='cosine' .* needs optimization.strategy_init='scratch'",
+        ),
         (
             {
                 "optimization.strategy_train_when": "read",

@@ -26,13 +26,20 @@ from lc_cfr.memory.reservoir import Reservoir, reservoir_sample
 from lc_cfr.nets.mlp import NetworkSpec, apply, init_params, masked_advantages, masked_log_policy
 
 WEIGHTING_MODES = ("lcfr", "quadratic", "uniform")
+# optimization.strategy_lr_schedule: the learning rate over one fit of the strategy network
+LR_SCHEDULES = ("constant", "cosine")
 KINDS = ("advantage", "strategy")
 
 
 def make_optimizer(
-    *, learning_rate: float, weight_decay: float, grad_clip: float
+    *, learning_rate: float, weight_decay: float, grad_clip: float, decay_steps: int = 0
 ) -> optax.GradientTransformation:
     """AdamW after clipping gradients to a global norm of `grad_clip` (<= 0: no clipping).
+
+    With `decay_steps` > 0 the learning rate follows a cosine from `learning_rate` at the
+    first update to 0 at update `decay_steps` (and stays 0 after it; Loshchilov and
+    Hutter, SGDR, 2017): `learning_rate * (1 + cos(pi * min(k, decay_steps) /
+    decay_steps)) / 2` at the k-th update, k counted from 0 in the optimizer state.
 
     Raises:
         ValueError: naming the field, for a learning rate <= 0 or a weight decay < 0.
@@ -41,7 +48,10 @@ def make_optimizer(
         raise ValueError(f"optimization.learning_rate must be > 0, got {learning_rate!r}")
     if not weight_decay >= 0:
         raise ValueError(f"optimization.weight_decay must be >= 0, got {weight_decay!r}")
-    adamw = optax.adamw(learning_rate, weight_decay=weight_decay)
+    rate = learning_rate
+    if decay_steps > 0:
+        rate = optax.cosine_decay_schedule(learning_rate, decay_steps)
+    adamw = optax.adamw(rate, weight_decay=weight_decay)
     if grad_clip > 0:
         return optax.chain(optax.clip_by_global_norm(grad_clip), adamw)
     return adamw

@@ -11,7 +11,9 @@ step to float32 rounding:
   square root, eps_root=0): mu <- b1 mu + (1-b1) g, nu <- b2 nu + (1-b2) g^2,
   u = (mu / (1-b1^t)) / (sqrt(nu / (1-b2^t)) + eps) + wd * p, p <- p - lr * u, the decay
   using the parameters before the step (decoupled weight decay, the same update as
-  torch.optim.AdamW's p *= 1 - lr*wd followed by the Adam step, up to rounding).
+  torch.optim.AdamW's p *= 1 - lr*wd followed by the Adam step, up to rounding);
+* with `decay_steps` T > 0, lr at the k-th update (k counted from 0 in the state) is
+  `lr * (1 + cos(pi * min(k, T) / T)) / 2`, optax's `cosine_decay_schedule`.
 
 Unlike the JAX Learner, which samples its own batches, `train` takes the batch indices
 [num_updates, batch_size] from the caller, so both learners can be fed the same batches
@@ -22,6 +24,7 @@ float16 -> float32 after the gather); there are no per-sample Python objects.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -200,6 +203,7 @@ class TorchLearner:
         batch_size: int,
         num_updates: int,
         weighting: str,
+        decay_steps: int = 0,
         b1: float = 0.9,
         b2: float = 0.999,
         eps: float = 1e-8,
@@ -215,6 +219,8 @@ class TorchLearner:
             batch_size: samples per update.
             num_updates: updates per `train` call.
             weighting: 'lcfr' or 'uniform'.
+            decay_steps: > 0: the learning rate's cosine decay to 0 over this many updates
+                (`make_optimizer`'s); 0: constant.
             b1, b2, eps: Adam constants (optax.adamw defaults).
 
         Raises:
@@ -233,6 +239,7 @@ class TorchLearner:
         self.spec = spec
         self.kind = kind
         self.learning_rate = float(learning_rate)
+        self.decay_steps = int(decay_steps)
         self.weight_decay = float(weight_decay)
         self.grad_clip = float(grad_clip)
         self.batch_size = batch_size
@@ -250,6 +257,13 @@ class TorchLearner:
             nu={name: torch.zeros_like(p) for name, p in model.named_parameters()},
         )
 
+    def rate(self, count: int) -> float:
+        """The learning rate of the update that follows `count` earlier ones."""
+        if self.decay_steps <= 0:
+            return self.learning_rate
+        done = min(count, self.decay_steps) / self.decay_steps
+        return float(np.float32(self.learning_rate * 0.5 * (1.0 + math.cos(math.pi * done))))
+
     @torch.no_grad()
     def apply_gradients(
         self, model: torch.nn.Module, grads: Mapping[str, torch.Tensor], state: AdamWState
@@ -266,6 +280,7 @@ class TorchLearner:
             grads = {
                 name: torch.where(keep, g, g / norm * self.grad_clip) for name, g in grads.items()
             }
+        rate = self.rate(state.count)
         count = state.count + 1
         device = next(iter(params.values())).device
         b1 = torch.tensor(self.b1, dtype=torch.float32, device=device)
@@ -281,7 +296,7 @@ class TorchLearner:
             update = (mu / correction1) / (torch.sqrt(nu / correction2) + self.eps)
             if self.weight_decay > 0:
                 update = update + self.weight_decay * p
-            p.add_(-self.learning_rate * update)
+            p.add_(-rate * update)
         return AdamWState(count=count, mu=state.mu, nu=state.nu)
 
     # ------------------------------------------------------------------ training
