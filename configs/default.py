@@ -196,6 +196,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.optimization.strategy_updates = 512  # updates per strategy training
     config.optimization.strategy_batch_size = 1024  # samples per update
     config.optimization.advantage_init = "scratch"  # scratch | warm_start
+    # The learning rate over each iteration's advantage fit (all its chunks): constant |
+    # cosine (from learning_rate down to 0; needs advantage_init=scratch). Refitted on a
+    # two-hour run's memories, decayed fits' current policies played 5-10 points better
+    # against passive_discard and 3-5 against the safe bots (docs/experiments.md 41).
+    config.optimization.advantage_lr_schedule = "cosine"
     config.optimization.strategy_train_every = 1  # iterations between strategy training
     # The strategy network at each training: warm_start (trained on from its last fit) |
     # scratch (re-drawn and fitted anew, as Brown et al. fit it once, at the end; on the
@@ -309,8 +314,8 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     """The default until 2026-12-04 (docs/experiments.md sections 2-13): the expansion at
     a decision drawn uniformly below the length of a game without pile draws, children
     played out to the end, the encoding alone, any draw, a warm-started strategy network
-    at a constant learning rate averaging as the regrets weigh and 512 advantage updates
-    an iteration. The small variants' yardsticks were measured with it, so `tiny`, `small`
+    averaging as the regrets weigh, 512 advantage updates an iteration and constant
+    learning rates. The small variants' yardsticks were measured with it, so `tiny`, `small`
     and `smoke` apply it (and then set their own updates)."""
     config.draws = "any"
     config.traversal.expand_at = "sampled"
@@ -319,6 +324,7 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     config.optimization.strategy_init = "warm_start"
     config.optimization.strategy_train_when = "every"
     config.optimization.strategy_lr_schedule = "constant"
+    config.optimization.advantage_lr_schedule = "constant"
     config.optimization.advantage_epochs = 0.0
     config.training_weighting.average_mode = "same"
     # `classic` applies this after a preset's own sizes (`tiny,classic`): only the

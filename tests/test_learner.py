@@ -39,7 +39,7 @@ def _dataset(kind, seed=0):
     return memory
 
 
-def _learner(kind, *, num_updates, weighting="lcfr"):
+def _learner(kind, *, num_updates, weighting="lcfr", lr_schedule="constant"):
     optimizer = lr.make_optimizer(learning_rate=3e-3, weight_decay=1e-4, grad_clip=1.0)
     return lr.Learner(
         SPEC,
@@ -48,6 +48,7 @@ def _learner(kind, *, num_updates, weighting="lcfr"):
         batch_size=64,
         num_updates=num_updates,
         weighting=weighting,
+        lr_schedule=lr_schedule,
     )
 
 
@@ -192,20 +193,6 @@ def test_grad_clip_limits_the_global_norm():
     )
 
 
-def test_cosine_decay_takes_the_learning_rate_to_zero_over_the_fit():
-    optimizer = lr.make_optimizer(learning_rate=0.1, weight_decay=0.0, grad_clip=0.0, decay_steps=4)
-    params = {"w": jnp.zeros(3)}
-    state = optimizer.init(params)
-    steps = []
-    for _ in range(6):
-        updates, state = optimizer.update({"w": jnp.ones(3)}, state, params)
-        steps.append(-float(updates["w"][0]))
-    # a constant gradient makes Adam's normalised step 1 (to its epsilon): what remains is
-    # the rate itself, a half cosine from 0.1 to 0 over four updates, then 0
-    expected = [0.1 * (1 + np.cos(np.pi * k / 4)) / 2 for k in range(4)] + [0.0, 0.0]
-    np.testing.assert_allclose(steps, expected, rtol=1e-5, atol=1e-9)
-
-
 def test_training_compiles_once():
     learner = _learner("advantage", num_updates=3)
     memory = _dataset("advantage")
@@ -257,6 +244,35 @@ def test_training_in_chunks_equals_the_same_calls_by_hand():
     with pytest.raises(ValueError, match="multiple of 4"):
         learn_api.train_in_chunks(learner, *start, memory, key, 6)
     assert learner.trace_count == 1
+
+
+def test_a_cosine_rate_decays_over_the_whole_fit_across_its_chunks():
+    # the factor: 1 at the first update, a half cosine, 0 from the fit's end on
+    scales = [float(lr.cosine_scale(jnp.int32(k), jnp.int32(4))) for k in range(6)]
+    expected = [(1 + np.cos(np.pi * k / 4)) / 2 for k in range(4)] + [0.0, 0.0]
+    np.testing.assert_allclose(scales, expected, atol=1e-7)
+    memory = _dataset("advantage")
+    key = jax.random.key(5)
+
+    def moved(a, b):
+        return float(optax.tree.norm(jax.tree.map(jnp.subtract, a, b)))
+
+    ratios = {}
+    for schedule in ("constant", "cosine"):
+        learner = _learner("advantage", num_updates=4, lr_schedule=schedule)
+        start = learner.init(jax.random.key(0))
+        fit = learn_api.train_in_chunks(learner, *start, memory, key, 12)
+        # by hand: chunk c is updates 4c..4c+3 of the fit's 12
+        steps = [start]
+        for c in range(3):
+            chunk_key = key if c == 0 else jax.random.fold_in(key, c)
+            steps.append(learner.train(*steps[-1][:2], memory, chunk_key, lr.FitSpan(4 * c, 12)))
+        chex.assert_trees_all_equal(fit[:2], steps[-1][:2])
+        ratios[schedule] = moved(steps[3][0], steps[2][0]) / moved(steps[1][0], steps[0][0])
+        assert learner.trace_count == 1  # a span is traced, not compiled in
+    # the fit's last chunk moves the network a small part of what its first did (a span
+    # restarted at every chunk would move it as far), a constant rate about as far
+    assert ratios["cosine"] < 0.3 < 0.6 < ratios["constant"], ratios
 
 
 def test_the_average_strategy_has_its_own_weighting():

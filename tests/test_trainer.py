@@ -152,6 +152,7 @@ DEFAULT_MODES = (
     "optimization.strategy_init",
     "optimization.strategy_train_when",
     "optimization.strategy_lr_schedule",
+    "optimization.advantage_lr_schedule",
     "optimization.advantage_epochs",
 )
 
@@ -249,6 +250,14 @@ def test_config_errors_name_the_field(tmp_path):
         (
             {"optimization.strategy_lr_schedule": "cosine"},
             "strategy_lr_schedule='cosine' .* needs optimization.strategy_init='scratch'",
+        ),
+        ({"optimization.advantage_lr_schedule": "linear"}, "advantage_lr_schedule must be"),
+        (
+            {
+                "optimization.advantage_lr_schedule": "cosine",
+                "optimization.advantage_init": "warm_start",
+            },
+            "advantage_lr_schedule='cosine' .* needs optimization.advantage_init='scratch'",
         ),
         (
             {

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 
+from lc_cfr.learn.learner import FitSpan
 from lc_cfr.memory.reservoir import Reservoir
 from lc_cfr.nets.mlp import NetworkSpec
 
@@ -33,10 +34,17 @@ class NetworkLearner(Protocol):
         ...
 
     def train(
-        self, params: Any, opt_state: Any, memory: Reservoir, key: jax.Array
+        self,
+        params: Any,
+        opt_state: Any,
+        memory: Reservoir,
+        key: jax.Array,
+        span: FitSpan | None = None,
     ) -> tuple[Any, Any, dict]:
         """(params, opt_state, {"loss_first", "loss_last", "loss_mean"}) after
-        `num_updates` updates, each on a batch drawn from `memory` with `key`."""
+        `num_updates` updates, each on a batch drawn from `memory` with `key`, the
+        updates `span` of their fit (None: the whole fit) for the learning rate's
+        schedule."""
         ...
 
 
@@ -65,11 +73,13 @@ def train_in_chunks(learner: NetworkLearner, params, opt_state, memory: Reservoi
         raise ValueError(
             f"updates must be a positive multiple of {learner.num_updates}, got {updates}"
         )
-    params, opt_state, losses = learner.train(params, opt_state, memory, key)
+    span = FitSpan(0, updates)  # one fit: the rate's schedule runs over every chunk
+    params, opt_state, losses = learner.train(params, opt_state, memory, key, span)
     first, means = losses["loss_first"], [losses["loss_mean"]]
     for c in range(1, chunks):
+        span = FitSpan(c * learner.num_updates, updates)
         params, opt_state, losses = learner.train(
-            params, opt_state, memory, jax.random.fold_in(key, c)
+            params, opt_state, memory, jax.random.fold_in(key, c), span
         )
         means.append(losses["loss_mean"])
     summary = {"loss_first": first, "loss_last": losses["loss_last"]}

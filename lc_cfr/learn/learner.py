@@ -13,9 +13,17 @@ The forwards compute in the spec's `compute_dtype` (`lc_cfr.nets.mlp.apply`): wi
 'bfloat16' the layers' matmuls run in bfloat16 while the parameters, gradients, optimizer
 state and losses stay float32 (mixed precision; the gradients flow back through the casts
 to float32 parameters).
+
+A learner's `lr_schedule` is the learning rate over one fit (`optimization.<kind>_lr_schedule`):
+'constant', or 'cosine', from the optimizer's rate at a fit's first update down to 0 at
+its last (SGDR's half cosine without restarts, Loshchilov and Hutter 2017). A fit may
+take several `train` calls (the advantage networks' chunks); each call is told where its
+updates lie in the fit (`FitSpan`, traced: a fit of any length compiles once).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,20 +34,44 @@ from lc_cfr.memory.reservoir import Reservoir, reservoir_sample
 from lc_cfr.nets.mlp import NetworkSpec, apply, init_params, masked_advantages, masked_log_policy
 
 WEIGHTING_MODES = ("lcfr", "quadratic", "uniform")
-# optimization.strategy_lr_schedule: the learning rate over one fit of the strategy network
 LR_SCHEDULES = ("constant", "cosine")
 KINDS = ("advantage", "strategy")
 
 
+class FitSpan(NamedTuple):
+    """Where one training call's updates lie in their fit."""
+
+    start: int | jax.Array  # [] int32, updates of the fit before this call
+    total: int | jax.Array  # [] int32, updates of the whole fit
+
+
+def cosine_scale(update: jax.Array, total: jax.Array) -> jax.Array:
+    """[] float32 factor of the learning rate at update `update` (from 0) of a fit of
+    `total` updates: (1 + cos(pi * update / total)) / 2, 1 at the first update, 0 from
+    `total` on. Scaling AdamW's whole update scales its rate (the decoupled decay is
+    inside it)."""
+    done = jnp.minimum(update, total).astype(jnp.float32) / jnp.maximum(total, 1)
+    return 0.5 * (1.0 + jnp.cos(jnp.pi * done))
+
+
+def check_lr_schedule(schedule: str, kind: str, init: str) -> str:
+    """Returns `schedule` if known and usable with `init`, else raises a ValueError
+    naming the field: a cosine decays over one fit from a fresh network."""
+    field = f"optimization.{kind}_lr_schedule"
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"{field} must be one of {list(LR_SCHEDULES)}, got {schedule!r}")
+    if schedule == "cosine" and init != "scratch":
+        raise ValueError(
+            f"{field}='cosine' decays over one fit from a fresh network and needs "
+            f"optimization.{kind}_init='scratch', got {init!r}"
+        )
+    return schedule
+
+
 def make_optimizer(
-    *, learning_rate: float, weight_decay: float, grad_clip: float, decay_steps: int = 0
+    *, learning_rate: float, weight_decay: float, grad_clip: float
 ) -> optax.GradientTransformation:
     """AdamW after clipping gradients to a global norm of `grad_clip` (<= 0: no clipping).
-
-    With `decay_steps` > 0 the learning rate follows a cosine from `learning_rate` at the
-    first update to 0 at update `decay_steps` (and stays 0 after it; Loshchilov and
-    Hutter, SGDR, 2017): `learning_rate * (1 + cos(pi * min(k, decay_steps) /
-    decay_steps)) / 2` at the k-th update, k counted from 0 in the optimizer state.
 
     Raises:
         ValueError: naming the field, for a learning rate <= 0 or a weight decay < 0.
@@ -48,10 +80,7 @@ def make_optimizer(
         raise ValueError(f"optimization.learning_rate must be > 0, got {learning_rate!r}")
     if not weight_decay >= 0:
         raise ValueError(f"optimization.weight_decay must be >= 0, got {weight_decay!r}")
-    rate = learning_rate
-    if decay_steps > 0:
-        rate = optax.cosine_decay_schedule(learning_rate, decay_steps)
-    adamw = optax.adamw(rate, weight_decay=weight_decay)
+    adamw = optax.adamw(learning_rate, weight_decay=weight_decay)
     if grad_clip > 0:
         return optax.chain(optax.clip_by_global_norm(grad_clip), adamw)
     return adamw
@@ -179,6 +208,7 @@ class Learner:
         num_updates: int,
         weighting: str,
         codec: Codec | None = None,
+        lr_schedule: str = "constant",
     ):
         """Builds the learner.
 
@@ -191,6 +221,7 @@ class Learner:
             weighting: training_weighting.mode, 'lcfr' or 'uniform'.
             codec: how the memories store encodings (lc_cfr.memory.codec); default
                 float16 rows. Batches are decoded inside the training step.
+            lr_schedule: 'constant' or 'cosine' (over each fit; see the module).
 
         Raises:
             ValueError: naming the field, for an unknown kind or weighting or a size < 1.
@@ -206,6 +237,12 @@ class Learner:
         self.batch_size = batch_size
         self.num_updates = num_updates
         self.weighting = check_weighting(weighting)
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(
+                f"optimization.{kind}_lr_schedule must be one of {list(LR_SCHEDULES)}, "
+                f"got {lr_schedule!r}"
+            )
+        self.lr_schedule = lr_schedule
         self.codec = codec
         self.trace_count = 0
         self._loss = LOSSES[kind]
@@ -216,15 +253,21 @@ class Learner:
         """Fresh (params, opt_state)."""
         return self._init(key)
 
-    def train(self, params, opt_state, memory: Reservoir, key: jax.Array):
-        """Runs `num_updates` steps, each on a fresh batch sampled from `memory`.
+    def train(
+        self, params, opt_state, memory: Reservoir, key: jax.Array, span: FitSpan | None = None
+    ):
+        """Runs `num_updates` steps, each on a fresh batch sampled from `memory`, as the
+        updates `span` of their fit (default: the whole fit, `FitSpan(0, num_updates)`).
 
         Returns:
             (params, opt_state, metrics) with metrics {"loss_first", "loss_last",
             "loss_mean"}: [] float32 batch losses of the first and last steps (each
             computed before its update) and their mean over all steps.
         """
-        return self._train(params, opt_state, memory, key)
+        if span is None:
+            span = FitSpan(0, self.num_updates)
+        span = FitSpan(*(jnp.asarray(x, jnp.int32) for x in span))
+        return self._train(params, opt_state, memory, key, span)
 
     def loss(self, params, batch) -> jax.Array:
         """The weighted loss of `params` on a batch (info, mask, target, iteration)."""
@@ -236,17 +279,22 @@ class Learner:
         params = init_params(self.spec, key)
         return params, self.optimizer.init(params)
 
-    def _train_impl(self, params, opt_state, memory, key):
+    def _train_impl(self, params, opt_state, memory, key, span):
         self.trace_count += 1  # runs only while tracing
 
-        def step(carry, step_key):
+        def step(carry, xs):
             params, opt_state = carry
+            step_key, update = xs
             batch = reservoir_sample(memory, step_key, self.batch_size, codec=self.codec)
             loss, grads = jax.value_and_grad(self.loss)(params, batch)
             updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            if self.lr_schedule == "cosine":
+                scale = cosine_scale(span.start + update, span.total)
+                updates = jax.tree.map(lambda u: u * scale.astype(u.dtype), updates)
             return (optax.apply_updates(params, updates), opt_state), loss
 
         keys = jax.random.split(key, self.num_updates)
-        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), keys)
+        steps = jnp.arange(self.num_updates, dtype=jnp.int32)
+        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), (keys, steps))
         metrics = {"loss_first": losses[0], "loss_last": losses[-1], "loss_mean": losses.mean()}
         return params, opt_state, metrics

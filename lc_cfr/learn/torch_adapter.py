@@ -81,8 +81,9 @@ class TrainerTorchLearner:
         }
         return params, state
 
-    def train(self, params, opt_state, memory: Reservoir, key: jax.Array):
-        """`num_updates` AdamW steps on batches drawn as the optax learner draws them."""
+    def train(self, params, opt_state, memory: Reservoir, key: jax.Array, span=None):
+        """`num_updates` AdamW steps on batches drawn as the optax learner draws them, the
+        updates `span` of their fit (None: the whole fit)."""
         rows = np.array(batch_rows(memory.size, key, self.num_updates, self.batch_size))
         data = memory_tensors(memory, device=self.device)
         model = self._load(params)
@@ -98,7 +99,7 @@ class TrainerTorchLearner:
             self.device.type, dtype=torch.bfloat16, enabled=self.use_amp, cache_enabled=False
         ):
             model, state, metrics = self.learner.train(
-                model, data, rows, state, forward=self._runner, decode=self._decode
+                model, data, rows, state, span, forward=self._runner, decode=self._decode
             )
         layout = to_layout(self._model)
         new_state = {

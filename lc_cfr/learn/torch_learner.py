@@ -12,8 +12,8 @@ step to float32 rounding:
   u = (mu / (1-b1^t)) / (sqrt(nu / (1-b2^t)) + eps) + wd * p, p <- p - lr * u, the decay
   using the parameters before the step (decoupled weight decay, the same update as
   torch.optim.AdamW's p *= 1 - lr*wd followed by the Adam step, up to rounding);
-* with `decay_steps` T > 0, lr at the k-th update (k counted from 0 in the state) is
-  `lr * (1 + cos(pi * min(k, T) / T)) / 2`, optax's `cosine_decay_schedule`.
+* `lr_schedule='cosine'`: the k-th update of a fit of T updates (`FitSpan`) at rate
+  `lr * cosine_scale(k, T)`, the optax learner's factor.
 
 Unlike the JAX Learner, which samples its own batches, `train` takes the batch indices
 [num_updates, batch_size] from the caller, so both learners can be fed the same batches
@@ -24,14 +24,13 @@ float16 -> float32 after the gather); there are no per-sample Python objects.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from lc_cfr.learn.learner import KINDS, check_weighting
+from lc_cfr.learn.learner import KINDS, LR_SCHEDULES, FitSpan, check_weighting, cosine_scale
 from lc_cfr.memory.codec import PackedCodec
 from lc_cfr.nets.mlp import NetworkSpec
 from lc_cfr.nets.torch_mlp import TorchMLP, from_layout, masked_advantages, masked_log_policy
@@ -203,7 +202,7 @@ class TorchLearner:
         batch_size: int,
         num_updates: int,
         weighting: str,
-        decay_steps: int = 0,
+        lr_schedule: str = "constant",
         b1: float = 0.9,
         b2: float = 0.999,
         eps: float = 1e-8,
@@ -219,8 +218,7 @@ class TorchLearner:
             batch_size: samples per update.
             num_updates: updates per `train` call.
             weighting: 'lcfr' or 'uniform'.
-            decay_steps: > 0: the learning rate's cosine decay to 0 over this many updates
-                (`make_optimizer`'s); 0: constant.
+            lr_schedule: 'constant' or 'cosine' (over each fit, `FitSpan`).
             b1, b2, eps: Adam constants (optax.adamw defaults).
 
         Raises:
@@ -239,7 +237,12 @@ class TorchLearner:
         self.spec = spec
         self.kind = kind
         self.learning_rate = float(learning_rate)
-        self.decay_steps = int(decay_steps)
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(
+                f"optimization.{kind}_lr_schedule must be one of {list(LR_SCHEDULES)}, "
+                f"got {lr_schedule!r}"
+            )
+        self.lr_schedule = lr_schedule
         self.weight_decay = float(weight_decay)
         self.grad_clip = float(grad_clip)
         self.batch_size = batch_size
@@ -257,18 +260,23 @@ class TorchLearner:
             nu={name: torch.zeros_like(p) for name, p in model.named_parameters()},
         )
 
-    def rate(self, count: int) -> float:
-        """The learning rate of the update that follows `count` earlier ones."""
-        if self.decay_steps <= 0:
-            return self.learning_rate
-        done = min(count, self.decay_steps) / self.decay_steps
-        return float(np.float32(self.learning_rate * 0.5 * (1.0 + math.cos(math.pi * done))))
+    def rate_scale(self, update: int, total: int) -> float:
+        """The learning rate's factor at update `update` of a fit of `total`: 1, or the
+        optax learner's `cosine_scale` (computed there in float32)."""
+        if self.lr_schedule == "constant":
+            return 1.0
+        return float(cosine_scale(update, total))
 
     @torch.no_grad()
     def apply_gradients(
-        self, model: torch.nn.Module, grads: Mapping[str, torch.Tensor], state: AdamWState
+        self,
+        model: torch.nn.Module,
+        grads: Mapping[str, torch.Tensor],
+        state: AdamWState,
+        scale: float = 1.0,
     ) -> AdamWState:
-        """One optimizer step in place: clip_by_global_norm (if enabled), then AdamW.
+        """One optimizer step in place: clip_by_global_norm (if enabled), then AdamW at
+        `scale` times the learning rate.
 
         Returns the new state (its moment tensors are updated in place).
         """
@@ -280,7 +288,6 @@ class TorchLearner:
             grads = {
                 name: torch.where(keep, g, g / norm * self.grad_clip) for name, g in grads.items()
             }
-        rate = self.rate(state.count)
         count = state.count + 1
         device = next(iter(params.values())).device
         b1 = torch.tensor(self.b1, dtype=torch.float32, device=device)
@@ -296,7 +303,7 @@ class TorchLearner:
             update = (mu / correction1) / (torch.sqrt(nu / correction2) + self.eps)
             if self.weight_decay > 0:
                 update = update + self.weight_decay * p
-            p.add_(-rate * update)
+            p.add_(-(self.learning_rate * scale) * update)
         return AdamWState(count=count, mu=state.mu, nu=state.nu)
 
     # ------------------------------------------------------------------ training
@@ -313,6 +320,7 @@ class TorchLearner:
         memory: Any,
         indices: Any,
         opt_state: AdamWState | None = None,
+        span: FitSpan | None = None,
         *,
         forward: Any = None,
         decode: Any = None,
@@ -327,6 +335,8 @@ class TorchLearner:
             indices: [num_updates, batch_size] integer rows into the memory.
             opt_state: AdamW state to continue from; None starts fresh (as
                 `Learner.init`).
+            span: where these updates lie in their fit, for `lr_schedule`; None: the
+                whole fit.
             forward: what computes the outputs (e.g. `torch.compile(model)`); default
                 the model itself. The parameters trained are always the model's.
             decode: turns a batch's stored encodings into float32 ones (packed memories,
@@ -365,13 +375,16 @@ class TorchLearner:
         params = [p for _, p in model.named_parameters()]
         names = [name for name, _ in model.named_parameters()]
         losses = []
-        for rows in index:
+        span = FitSpan(0, self.num_updates) if span is None else span
+        for k, rows in enumerate(index):
             batch = MemoryTensors(*(field[rows] for field in data))
             if decode is not None:
                 batch = batch._replace(info=decode(batch.info))
             loss = self.loss(model if forward is None else forward, batch)
             grads = torch.autograd.grad(loss, params)
-            opt_state = self.apply_gradients(model, dict(zip(names, grads, strict=True)), opt_state)
+            scale = self.rate_scale(int(span.start) + k, int(span.total))
+            grads = dict(zip(names, grads, strict=True))
+            opt_state = self.apply_gradients(model, grads, opt_state, scale)
             losses.append(loss.detach())
         stacked = torch.stack(losses)
         metrics = {

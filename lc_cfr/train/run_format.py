@@ -105,6 +105,7 @@ ADDED_FIELDS = {
     "memory.initial_rows": 65_536,
     "training_weighting.average_mode": "same",  # the average weighed as the regrets
     "optimization.strategy_lr_schedule": "constant",
+    "optimization.advantage_lr_schedule": "constant",
 }
 
 

@@ -18,7 +18,7 @@ from lc_cfr.eval import POLICY_VIEWS, SD_CFR
 from lc_cfr.eval.api import parse_names
 from lc_cfr.game.rules import Rules
 from lc_cfr.learn import Learner, make_optimizer
-from lc_cfr.learn.learner import LR_SCHEDULES, average_weighting, check_weighting
+from lc_cfr.learn.learner import average_weighting, check_lr_schedule, check_weighting
 from lc_cfr.memory import codec as memory_codec
 from lc_cfr.nets import mlp
 from lc_cfr.train import health
@@ -278,34 +278,10 @@ def worker_settings_from_config(config) -> WorkerSettings:
     )
 
 
-def _optimizer(opt, decay_steps: int = 0):
+def _optimizer(opt):
     return make_optimizer(
-        learning_rate=opt.learning_rate,
-        weight_decay=opt.weight_decay,
-        grad_clip=opt.grad_clip,
-        decay_steps=decay_steps,
+        learning_rate=opt.learning_rate, weight_decay=opt.weight_decay, grad_clip=opt.grad_clip
     )
-
-
-def strategy_decay_steps(opt) -> int:
-    """The updates over which one strategy fit's learning rate decays to 0
-    (`optimization.strategy_lr_schedule`; 0: constant), checked. A cosine starts from a
-    fresh optimizer state at every fit, so it needs `strategy_init='scratch'`."""
-    schedule = opt.strategy_lr_schedule
-    if schedule not in LR_SCHEDULES:
-        raise ValueError(
-            f"optimization.strategy_lr_schedule must be one of {list(LR_SCHEDULES)}, "
-            f"got {schedule!r}"
-        )
-    if schedule == "constant":
-        return 0
-    if opt.strategy_init != "scratch":
-        raise ValueError(
-            "optimization.strategy_lr_schedule='cosine' decays over one fit from a fresh "
-            "network and needs optimization.strategy_init='scratch', got "
-            f"{opt.strategy_init!r}"
-        )
-    return opt.strategy_updates
 
 
 def learner_from_config(config, spec: mlp.NetworkSpec, kind: str, codec=None):
@@ -321,11 +297,10 @@ def learner_from_config(config, spec: mlp.NetworkSpec, kind: str, codec=None):
         batch_size=opt[f"{kind}_batch_size"],
         num_updates=opt[f"{kind}_updates"],
         weighting=weighting,
+        lr_schedule=check_lr_schedule(opt[f"{kind}_lr_schedule"], kind, opt[f"{kind}_init"]),
     )
-    decay_steps = strategy_decay_steps(opt) if kind == "strategy" else 0
     if opt.learner == "optax":
-        optimizer = _optimizer(opt, decay_steps)
-        return Learner(spec, kind=kind, optimizer=optimizer, codec=codec, **sizes)
+        return Learner(spec, kind=kind, optimizer=_optimizer(opt), codec=codec, **sizes)
     if spec.head != "slot":
         raise ValueError(
             f"network.head={spec.head!r} is implemented by the optax learner only; set "
@@ -338,7 +313,6 @@ def learner_from_config(config, spec: mlp.NetworkSpec, kind: str, codec=None):
         learning_rate=opt.learning_rate,
         weight_decay=opt.weight_decay,
         grad_clip=opt.grad_clip,
-        decay_steps=decay_steps,
     )
     return TrainerTorchLearner(
         TorchLearner(spec, kind=kind, **hyper, **sizes),
