@@ -86,8 +86,8 @@ def main() -> None:
     config.evaluation.eval_every = 0
     config.evaluation.extended_eval_every = 0
     config.evaluation.exploitability_every = 0
-    # the run's own config restores its checkpoint (the optimizer state's shape follows
-    # its schedule); the refit's learner takes the flags
+    # the run's own config builds the trainer that restores its checkpoint; the refit's
+    # learner takes the flags
     fit = config.copy_and_resolve_references()
     fit.optimization.strategy_updates = args.updates
     fit.optimization.strategy_batch_size = args.batch
@@ -96,11 +96,10 @@ def main() -> None:
     if args.lr_schedule is not None:
         fit.optimization.strategy_lr_schedule = args.lr_schedule
     schedule = fit.optimization.strategy_lr_schedule
-    if args.init == "warm" and "cosine" in (schedule, config.optimization.strategy_lr_schedule):
+    if args.init == "warm" and schedule == "cosine":
         raise SystemExit(
-            "--lr-schedule: a cosine decays over one fit from a fresh network (the run's "
-            f"is {config.optimization.strategy_lr_schedule}); pass --init scratch, or "
-            "--lr-schedule constant for a run fitted at a constant rate"
+            "--lr-schedule: a cosine decays over one fit from a fresh network; pass "
+            "--init scratch, or --lr-schedule constant to train the run's network on"
         )
     fit.optimization.strategy_init = "scratch" if args.init == "scratch" else "warm_start"
     trainer = Trainer(config, workdir)

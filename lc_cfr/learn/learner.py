@@ -54,13 +54,14 @@ def cosine_scale(update: jax.Array, total: jax.Array) -> jax.Array:
     return 0.5 * (1.0 + jnp.cos(jnp.pi * done))
 
 
-def check_lr_schedule(schedule: str, kind: str, init: str) -> str:
-    """Returns `schedule` if known and usable with `init`, else raises a ValueError
-    naming the field: a cosine decays over one fit from a fresh network."""
+def check_lr_schedule(schedule: str, kind: str, init: str | None = None) -> str:
+    """Returns `schedule` if known (and usable with `optimization.<kind>_init` `init`,
+    when given), else raises a ValueError naming the field: a cosine decays over one fit
+    from a fresh network."""
     field = f"optimization.{kind}_lr_schedule"
     if schedule not in LR_SCHEDULES:
         raise ValueError(f"{field} must be one of {list(LR_SCHEDULES)}, got {schedule!r}")
-    if schedule == "cosine" and init != "scratch":
+    if schedule == "cosine" and init not in (None, "scratch"):
         raise ValueError(
             f"{field}='cosine' decays over one fit from a fresh network and needs "
             f"optimization.{kind}_init='scratch', got {init!r}"
@@ -237,12 +238,7 @@ class Learner:
         self.batch_size = batch_size
         self.num_updates = num_updates
         self.weighting = check_weighting(weighting)
-        if lr_schedule not in LR_SCHEDULES:
-            raise ValueError(
-                f"optimization.{kind}_lr_schedule must be one of {list(LR_SCHEDULES)}, "
-                f"got {lr_schedule!r}"
-            )
-        self.lr_schedule = lr_schedule
+        self.lr_schedule = check_lr_schedule(lr_schedule, kind)
         self.codec = codec
         self.trace_count = 0
         self._loss = LOSSES[kind]

@@ -30,7 +30,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from lc_cfr.learn.learner import KINDS, LR_SCHEDULES, FitSpan, check_weighting, cosine_scale
+from lc_cfr.learn.learner import (
+    KINDS,
+    FitSpan,
+    check_lr_schedule,
+    check_weighting,
+    cosine_scale,
+)
 from lc_cfr.memory.codec import PackedCodec
 from lc_cfr.nets.mlp import NetworkSpec
 from lc_cfr.nets.torch_mlp import TorchMLP, from_layout, masked_advantages, masked_log_policy
@@ -237,12 +243,7 @@ class TorchLearner:
         self.spec = spec
         self.kind = kind
         self.learning_rate = float(learning_rate)
-        if lr_schedule not in LR_SCHEDULES:
-            raise ValueError(
-                f"optimization.{kind}_lr_schedule must be one of {list(LR_SCHEDULES)}, "
-                f"got {lr_schedule!r}"
-            )
-        self.lr_schedule = lr_schedule
+        self.lr_schedule = check_lr_schedule(lr_schedule, kind)
         self.weight_decay = float(weight_decay)
         self.grad_clip = float(grad_clip)
         self.batch_size = batch_size
