@@ -197,10 +197,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     config.optimization.strategy_batch_size = 1024  # samples per update
     config.optimization.advantage_init = "scratch"  # scratch | warm_start
     # The learning rate over each iteration's advantage fit (all its chunks): constant |
-    # cosine (from learning_rate down to 0; needs advantage_init=scratch). Refitted on a
-    # two-hour run's memories, decayed fits' current policies played 5-10 points better
-    # against passive_discard and 3-5 against the safe bots (docs/experiments.md 41).
-    config.optimization.advantage_lr_schedule = "cosine"
+    # cosine (from learning_rate down to 0; needs advantage_init=scratch). Decayed refits
+    # of one memory played 4-7 points better, but an hour of training with it was no
+    # better at iteration 100 and behind at the hour (docs/experiments.md 41).
+    config.optimization.advantage_lr_schedule = "constant"
     config.optimization.strategy_train_every = 1  # iterations between strategy training
     # The strategy network at each training: warm_start (trained on from its last fit) |
     # scratch (re-drawn and fitted anew, as Brown et al. fit it once, at the end; on the
@@ -324,7 +324,6 @@ def _plain(config: ml_collections.ConfigDict) -> None:
     config.optimization.strategy_init = "warm_start"
     config.optimization.strategy_train_when = "every"
     config.optimization.strategy_lr_schedule = "constant"
-    config.optimization.advantage_lr_schedule = "constant"
     config.optimization.advantage_epochs = 0.0
     config.training_weighting.average_mode = "same"
     # `classic` applies this after a preset's own sizes (`tiny,classic`): only the

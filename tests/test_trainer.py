@@ -152,7 +152,6 @@ DEFAULT_MODES = (
     "optimization.strategy_init",
     "optimization.strategy_train_when",
     "optimization.strategy_lr_schedule",
-    "optimization.advantage_lr_schedule",
     "optimization.advantage_epochs",
 )
 
