@@ -173,8 +173,11 @@ def test_the_defaults_modes_train_at_smoke_size(tmp_path):
     checkpointed alike) and the rows carry the leaves' guard figures."""
     overrides = _modes(default_config.get_config(""))
     overrides.update({"run.max_iterations": 2, "traversal.leaf_check_share": 0.5})
+    overrides["optimization.advantage_lr_schedule"] = "cosine"  # the option, wired through
     trainer = Trainer(smoke_config(**overrides), tmp_path)
     assert trainer.options.draws == "playable" and trainer.options.expand_at == "path"
+    assert trainer.advantage_learner.lr_schedule == "cosine"
+    assert trainer.strategy_learner.lr_schedule == "cosine"  # the default's
     state = trainer.run()
     assert int(state.value_memory.seen) > 0
     row = _rows(tmp_path)[-1]
