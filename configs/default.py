@@ -217,8 +217,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # The learning rate over each strategy fit: constant | cosine (from learning_rate down
     # to 0 over strategy_updates; needs strategy_init=scratch). A constant rate leaves the
     # fit wherever its last batches threw it: four fits of one memory ranged over 10 points
-    # against passive_discard; decayed, over 1 to 2, and no worse on average against any
-    # bot, up to 4 points better (docs/experiments.md 40).
+    # against passive_discard; decayed, over 1 to 2 (another run's memory: 6), and no
+    # worse on average against any bot, up to 4 points better (docs/experiments.md 40, 41).
     config.optimization.strategy_lr_schedule = "cosine"
     config.optimization.value_updates = 256  # value network (outcome estimators), warm
     config.optimization.value_batch_size = 512  # samples per value update
