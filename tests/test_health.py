@@ -41,8 +41,8 @@ def _poison_learner(trainer: Trainer) -> None:
     """The trainer's advantage learner returns NaN parameters."""
     train = trainer.advantage_learner.train
 
-    def poisoned(params, opt_state, memory, key):
-        params, opt_state, losses = train(params, opt_state, memory, key)
+    def poisoned(params, opt_state, memory, key, span=None):
+        params, opt_state, losses = train(params, opt_state, memory, key, span)
         return jax.tree.map(lambda x: jnp.full_like(x, jnp.nan), params), opt_state, losses
 
     trainer.advantage_learner.train = poisoned
