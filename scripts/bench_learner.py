@@ -115,7 +115,8 @@ class BareStep:
         self.init = learner.init
         self._run = jax.jit(run)
 
-    def train(self, params, opt_state, memory, key):  # the learner's signature; both unused
+    def train(self, params, opt_state, memory, key, span=None):  # the learner's signature
+        del memory, key, span  # one fixed batch, a constant rate
         return self._run(params, opt_state, self.batch)
 
 
