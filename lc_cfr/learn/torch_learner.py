@@ -261,12 +261,13 @@ class TorchLearner:
             nu={name: torch.zeros_like(p) for name, p in model.named_parameters()},
         )
 
-    def rate_scale(self, update: int, total: int) -> float:
-        """The learning rate's factor at update `update` of a fit of `total`: 1, or the
-        optax learner's `cosine_scale` (computed there in float32)."""
+    def rate_scales(self, span: FitSpan) -> np.ndarray:
+        """[num_updates] float32 factors of the learning rate for the updates `span` of a
+        fit: 1, or the optax learner's `cosine_scale`, all computed at once."""
         if self.lr_schedule == "constant":
-            return 1.0
-        return float(cosine_scale(update, total))
+            return np.ones(self.num_updates, np.float32)
+        updates = int(span.start) + np.arange(self.num_updates, dtype=np.int32)
+        return np.asarray(cosine_scale(updates, np.int32(span.total)))
 
     @torch.no_grad()
     def apply_gradients(
@@ -376,14 +377,13 @@ class TorchLearner:
         params = [p for _, p in model.named_parameters()]
         names = [name for name, _ in model.named_parameters()]
         losses = []
-        span = FitSpan(0, self.num_updates) if span is None else span
-        for k, rows in enumerate(index):
+        scales = self.rate_scales(FitSpan(0, self.num_updates) if span is None else span)
+        for rows, scale in zip(index, scales.tolist(), strict=True):
             batch = MemoryTensors(*(field[rows] for field in data))
             if decode is not None:
                 batch = batch._replace(info=decode(batch.info))
             loss = self.loss(model if forward is None else forward, batch)
             grads = torch.autograd.grad(loss, params)
-            scale = self.rate_scale(int(span.start) + k, int(span.total))
             grads = dict(zip(names, grads, strict=True))
             opt_state = self.apply_gradients(model, grads, opt_state, scale)
             losses.append(loss.detach())
