@@ -156,6 +156,7 @@ def _device_shares(row: dict) -> dict[str, list[int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.xla_optimized  # one process and two compile their programs alike only so
 def test_two_processes_train_the_single_process_run(tmp_path):
     env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
     env.pop("XLA_FLAGS", None)

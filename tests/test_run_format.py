@@ -44,6 +44,7 @@ def _rows(workdir: pathlib.Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", sorted(make_runs.RUNS))
+@pytest.mark.xla_optimized  # the saved runs were trained by the optimised compiler
 def test_a_run_saved_before_the_split_resumes_bit_for_bit(tmp_path, name):
     saved = tmp_path / "saved"
     with tarfile.open(FIXTURES / f"run_ca193c0_{name}.tar.gz") as archive:

@@ -42,7 +42,15 @@ STAT_NAMES = {
 STAT_NAMES["rollout_decisions"] = "rollouts"
 
 
-@pytest.mark.parametrize("case", sorted(TRAVERSAL_CASES))
+def _case_param(case: str):
+    """The baseline estimator's targets are off the dyadic grid: the fused lockstep and
+    the op-by-op reference round them alike only when XLA optimises both (conftest.py)."""
+    if TRAVERSAL_CASES[case].overrides.get("outcome_estimator") == "baseline":
+        return pytest.param(case, marks=pytest.mark.xla_optimized)
+    return case
+
+
+@pytest.mark.parametrize("case", [_case_param(case) for case in sorted(TRAVERSAL_CASES)])
 def test_lockstep_equals_reference(case):
     row = TRAVERSAL_CASES[case]
     opts = row.options()
