@@ -14,6 +14,11 @@ one line (`checkpoint.NetworksOnly`) rather than call it damaged.
 The checkpoint should hold its own average-strategy fit (with
 `optimization.strategy_train_when=read` the kept checkpoints and the last one do); one
 that holds an earlier iteration's is exported with a warning that says so.
+
+`export_agent(..., strategy=params, refit=how)` exports the checkpoint with another
+average-strategy network in place of the run's: a refit of the checkpoint's strategy
+memory (`scripts/refit_strategy.py --export`), so that an agent can be shipped as a
+newer fit reads its run without training it again. The meta records how it was fitted.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import pathlib
 import shutil
 import sys
 
+import jax
+import numpy as np
 from absl import app, flags
 
 from lc_cfr.train import checkpoint
@@ -33,11 +40,24 @@ from lc_cfr.train.saved_networks import load_saved_networks
 KEPT = ("_CHECKPOINT_METADATA", "commit_success.txt", "networks", "meta")
 
 
+# The meta key of an agent whose average strategy is not the run's own fit.
+STRATEGY_REFIT = "strategy_refit"
+
+
 def export_agent(
-    workdir: str | os.PathLike, out: str | os.PathLike, iteration: int | None = None
+    workdir: str | os.PathLike,
+    out: str | os.PathLike,
+    iteration: int | None = None,
+    *,
+    strategy=None,
+    refit: dict | None = None,
 ) -> pathlib.Path:
     """Writes checkpoint `iteration` (the latest if None) of run `workdir` as an agent
     directory `out`; returns the exported step's directory.
+
+    With `strategy` (flax params of the run's network shape) the agent's average-strategy
+    network is `strategy` instead of the checkpoint's, and its meta holds `refit` (how
+    `strategy` was fitted, required with it) under STRATEGY_REFIT.
 
     Raises:
         FileExistsError: `out` exists and is not an empty directory (nothing is touched).
@@ -58,19 +78,19 @@ def export_agent(
         raise ValueError(
             f"{step_dir} is of the format before orbax: resume the run once to save it anew"
         )
+    if (strategy is None) != (refit is None):
+        raise ValueError("export_agent: `strategy` and `refit` go together")
+    if strategy is not None:
+        shapes = jax.tree.map(lambda leaf: leaf.shape, saved.strategy)
+        if jax.tree.map(lambda leaf: leaf.shape, strategy) != shapes:
+            raise ValueError(f"the refitted strategy network is not of {workdir}'s shape")
     created = not out.exists()
     target = out / "checkpoints" / step_dir.name
     try:
-        target.mkdir(parents=True)
-        for name in KEPT:
-            if (step_dir / name).is_dir():
-                shutil.copytree(step_dir / name, target / name)
-            elif (step_dir / name).exists():
-                shutil.copy2(step_dir / name, target / name)
-        meta_path = target / "meta" / "metadata"
-        meta = json.loads(meta_path.read_text())
-        meta[checkpoint.EXPORTED_FROM] = str(source.absolute())
-        meta_path.write_text(json.dumps(meta))
+        if strategy is None:
+            _copy_step(step_dir, target, source)
+        else:
+            _write_step(step_dir, out / "checkpoints", saved.iteration, strategy, refit, source)
         shutil.copy2(source / "config.json", out / "config.json")
         # The copy, read back against the networks' checksums (a training run may have
         # replaced its latest step while it was copied).
@@ -80,6 +100,56 @@ def export_agent(
         (out / "config.json").unlink(missing_ok=True)
         raise
     return target
+
+
+def _copy_step(step_dir: pathlib.Path, target: pathlib.Path, source: pathlib.Path) -> None:
+    """The run's step as it is, less its state item, its meta naming the source."""
+    target.mkdir(parents=True)
+    for name in KEPT:
+        if (step_dir / name).is_dir():
+            shutil.copytree(step_dir / name, target / name)
+        elif (step_dir / name).exists():
+            shutil.copy2(step_dir / name, target / name)
+    meta_path = target / "meta" / "metadata"
+    meta = json.loads(meta_path.read_text())
+    meta[checkpoint.EXPORTED_FROM] = str(source.absolute())
+    meta_path.write_text(json.dumps(meta))
+
+
+def _write_step(
+    step_dir: pathlib.Path,
+    directory: pathlib.Path,
+    step: int,
+    strategy,
+    refit: dict,
+    source: pathlib.Path,
+) -> None:
+    """The run's step with `strategy` as its average-strategy network, written anew (the
+    networks' checksums change with it)."""
+    store = checkpoint.CheckpointStore(step_dir.parent, read_only=True)
+    try:
+        arrays, meta = store.load(step, networks_only=True)
+    finally:
+        store.close()
+    prefix = "strategy_params"  # run_format.state_arrays's name for the network
+    networks = {k: v for k, v in arrays.items() if not k.startswith(prefix)}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(strategy)[0]:
+        networks[prefix + jax.tree_util.keystr(path)] = np.asarray(leaf)
+    if set(networks) != set(arrays):
+        raise ValueError(f"the refitted strategy network's leaves are not those of {step_dir}")
+    meta.update(
+        {
+            checkpoint.EXPORTED_FROM: str(source.absolute()),
+            STRATEGY_REFIT: refit,
+            # the refit is this checkpoint's memory's fit
+            "strategy_iteration": step,
+        }
+    )
+    writer = checkpoint.CheckpointStore(directory, asynchronous=False)
+    try:
+        writer.save_networks(step, networks, meta)
+    finally:
+        writer.close()
 
 
 def define_flags() -> dict:

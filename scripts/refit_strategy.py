@@ -9,13 +9,15 @@ over-fitted: it restores checkpoint STEP of a run, trains the strategy network f
 that checkpoint's strategy memory, under `--weighting` (training_weighting.average_mode) and
 `--lr-schedule` (optimization.strategy_lr_schedule; a cosine needs `--init scratch`), and
 plays the checkpoint's network and the refitted one against the same bots on the same
-mirrored deals (greedy), margin +- standard error.
+mirrored deals (greedy), margin +- standard error. `--export AGENT` also writes the
+checkpoint with the refitted network as an agent directory (lc_cfr.export), its meta
+holding the refit's settings and margins.
 
     .venv/bin/python scripts/refit_strategy.py --workdir RUN [--checkpoint STEP] \\
         [--init warm|scratch] [--updates 4096] [--batch 1024] [--weighting lcfr] \\
         [--lr-schedule constant|cosine] \\
         [--opponents passive_discard,safe_heuristic] [--games 2000] [--seed 0] \\
-        [--json out.json]
+        [--json out.json] [--export AGENT]
 
 Nothing in the run directory is written.
 """
@@ -34,6 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lc_cfr.eval.api import evaluate  # noqa: E402
+from lc_cfr.export import export_agent  # noqa: E402
 from lc_cfr.learn.learner import LR_SCHEDULES, WEIGHTING_MODES, average_weighting  # noqa: E402
 from lc_cfr.train.run_format import read_run_config  # noqa: E402
 from lc_cfr.train.saved_networks import strategy_note  # noqa: E402
@@ -72,6 +75,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed")
     parser.add_argument("--refit-seed", type=int, default=0, help="batches and fresh weights")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--export", help="new directory: the refitted agent (lc_cfr.export)")
     args = parser.parse_args()
 
     workdir = pathlib.Path(args.workdir)
@@ -81,6 +85,8 @@ def main() -> None:
         raise SystemExit("--updates and --batch must be >= 1")
     if args.weighting is not None and args.weighting not in WEIGHTING_MODES:
         raise SystemExit(f"--weighting must be one of {list(WEIGHTING_MODES)}")
+    if args.export and pathlib.Path(args.export).exists():
+        raise SystemExit(f"--export: {args.export} exists; name a new directory")
     config = read_run_config(workdir / "config.json")
     # no evaluation or exploitability schedule of the run's: this script evaluates
     config.evaluation.eval_every = 0
@@ -169,6 +175,12 @@ def main() -> None:
         )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
+    if args.export:
+        refit = {k: v for k, v in result.items() if k not in ("workdir", "before")}
+        refit["refit_seed"] = args.refit_seed
+        refit["evaluation_seed"] = args.seed
+        export_agent(workdir, args.export, result["checkpoint"], strategy=params, refit=refit)
+        print(f"exported to {args.export}: play it with --workdir={args.export}")
 
 
 if __name__ == "__main__":

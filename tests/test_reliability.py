@@ -2,6 +2,7 @@
 rewrites, a torn last metrics row, fallback checkpoints, SIGKILL at any moment."""
 
 import json
+import logging
 import os
 import pathlib
 import random
@@ -206,6 +207,21 @@ def _reference_run(workdir, iterations):
 # loaded machine and the save succeeded. 16 KiB is below any data file of the state
 # and above every other file the run writes (metrics.jsonl is about 7 KB at 3 rows).
 FULL_DISK_KIB = 16
+
+
+def test_orbax_writes_that_fail_after_the_save_failed_are_not_logged(tmp_path, caplog):
+    """The writes still pending when a save fails fail too, and asyncio logs each with a
+    traceback when its task is collected (seen once in the full-disk test below): the
+    store drops those lines, and only those."""
+    checkpoint.CheckpointStore(tmp_path / "checkpoints", asynchronous=False).close()
+    asyncio_log = logging.getLogger("asyncio")
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio_log.error(
+            "Task exception was never retrieved\nfuture: <Task finished coro=<"
+            "NumpyHandler._open_and_write() defined at /v/orbax/checkpoint/h.py:114>>"
+        )
+        asyncio_log.error("Task exception was never retrieved\nfuture: <Task mine.py:1>")
+    assert [r.getMessage().endswith("mine.py:1>") for r in caplog.records] == [True]
 
 
 @pytest.mark.slow

@@ -140,6 +140,33 @@ def test_an_exported_agent_plays_as_its_run_and_is_never_resumed(torch_run, tmp_
     assert {p: p.read_bytes() for p in agent.rglob("*") if p.is_file()} == before
 
 
+def test_an_agent_exported_with_a_refitted_strategy_network(torch_run, tmp_path):
+    """scripts/refit_strategy.py --export: the checkpoint's networks with the given
+    average-strategy network in place of the run's, its checksums anew, the refit in meta."""
+    import jax
+
+    from lc_cfr.export import STRATEGY_REFIT, export_agent
+
+    original = load_saved_networks(torch_run)
+    refitted = jax.tree.map(lambda leaf: leaf + 1.0, original.strategy)
+    with pytest.raises(ValueError, match="`strategy` and `refit` go together"):
+        export_agent(torch_run, tmp_path / "bare", strategy=refitted)
+    wrong = jax.tree.map(lambda leaf: leaf[..., :1], original.strategy)
+    with pytest.raises(ValueError, match="not of .* shape"):
+        export_agent(torch_run, tmp_path / "wrong", strategy=wrong, refit={"updates": 1})
+    assert not (tmp_path / "bare").exists() and not (tmp_path / "wrong").exists()
+
+    step = export_agent(torch_run, tmp_path / "agent", strategy=refitted, refit={"updates": 1})
+    assert not (step / "state").exists()
+    saved = load_saved_networks(tmp_path / "agent")  # read against the new checksums
+    chex.assert_trees_all_equal(saved.strategy, refitted)
+    chex.assert_trees_all_equal(saved.advantage, original.advantage)
+    chex.assert_trees_all_equal(saved.snapshots, original.snapshots)
+    assert saved.iteration == saved.strategy_iteration == original.iteration
+    meta = json.loads((step / "meta" / "metadata").read_text())
+    assert meta[STRATEGY_REFIT] == {"updates": 1} and meta["exported_from"] == str(torch_run)
+
+
 def test_the_shipped_agent_loads_with_its_own_fit():
     """agents/default_2h (lc_cfr.export of a two-hour default run, agents/README.md): the
     networks read against their checksums, finite, and the average strategy is the fit

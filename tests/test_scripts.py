@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -141,8 +142,22 @@ def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path
         "--opponents=passive_discard",
         "--games=4",
         f"--json={refit}",
+        f"--export={tmp_path / 'agent'}",
     )
     result = json.loads(refit.read_text())
+    from lc_cfr.train.saved_networks import load_saved_networks
+
+    agent = load_saved_networks(tmp_path / "agent")  # the refitted network, as an agent
+    assert agent.strategy_iteration == agent.iteration == 1
+    run_strategy = load_saved_networks(run).strategy
+    assert not all(jax.tree.leaves(jax.tree.map(np.array_equal, agent.strategy, run_strategy)))
+    (meta_path,) = (tmp_path / "agent").glob("checkpoints/step_*/meta/metadata")
+    meta = json.loads(meta_path.read_text())
+    assert meta["strategy_refit"]["after"] == result["after"]
+    assert meta["strategy_refit"]["lr_schedule"] == "cosine"
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("refit_strategy.py", f"--workdir={run}", f"--export={tmp_path / 'agent'}")
+    assert "--export: " in failure.value.stderr and "exists" in failure.value.stderr
     assert result["checkpoint"] == 1 and result["memory_rows"] > 0
     assert result["init"] == "scratch" and result["updates"] == 4
     assert result["lr_schedule"] == "cosine"

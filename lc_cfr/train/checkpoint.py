@@ -97,6 +97,22 @@ class _QuietOrbax:
 _QUIET = _QuietOrbax()
 
 
+class _QuietOrbaxTasks:
+    """Drops asyncio's "Task exception was never retrieved" lines about orbax's writer
+    coroutines: after a failed save (a full disk) the writes still pending fail too, and
+    asyncio logs each with a traceback when its task is collected. `CheckpointStore.wait`
+    has already raised the save's first error as one line."""
+
+    def filter(self, record) -> bool:
+        message = record.getMessage()
+        return not (
+            message.startswith("Task exception was never retrieved") and "/orbax/" in message
+        )
+
+
+_QUIET_TASKS = _QuietOrbaxTasks()
+
+
 def _silence_closed_loop_callbacks() -> None:
     """After a failed save, tensorstore still completes the aborted writes' futures and
     their callbacks find orbax's event loop closed; Python would print each of those
@@ -190,6 +206,8 @@ class CheckpointStore:
             self.directory.mkdir(parents=True, exist_ok=True)
         if _QUIET not in logging.get_absl_logger().filters:
             logging.get_absl_logger().addFilter(_QUIET)
+        if _QUIET_TASKS not in std_logging.getLogger("asyncio").filters:
+            std_logging.getLogger("asyncio").addFilter(_QUIET_TASKS)
         if not read_only:
             _silence_closed_loop_callbacks()
         self.read_only = read_only
@@ -260,6 +278,28 @@ class CheckpointStore:
         except Exception as error:  # synchronous saves fail here
             self._pending = None
             thread.join()
+            raise self._write_error(step, error) from error
+
+    def save_networks(self, step: int, networks: dict, meta: dict) -> None:
+        """Saves step `step` with its `networks` and `meta` items only, as an exported
+        agent's step is laid out (lc_cfr.export); waits for it to be on disk.
+
+        Raises:
+            CheckpointWriteError: naming the step, when the save fails.
+        """
+        self.wait()
+        meta = {**meta, "format": FORMAT, "iteration": step}
+        meta["network_checksums"] = checksums(networks)
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    networks=ocp.args.PyTreeSave(networks), meta=ocp.args.JsonSave(meta)
+                ),
+                force=True,
+            )
+            self._manager.wait_until_finished()
+        except Exception as error:  # orbax raises many kinds
             raise self._write_error(step, error) from error
 
     def wait(self) -> None:
