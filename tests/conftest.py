@@ -6,7 +6,9 @@ Most of the suite's time on a 2-core machine is XLA compiling programs that then
 for milliseconds on tiny variants, so the tests compile with
 `jax_disable_most_optimizations` (backend optimisation level 0, no expensive LLVM
 passes): measured on tests/test_eval.py and tests/test_search.py from a cold cache, 162 s
-against 199 s, and the whole suite 1242 s against 1463 s. It can change float rounding
+against 199 s; a clean clone's suite took 1045 s against 1463 s the same day (with two
+smaller trims: tests/test_sharding.py's modes, tests/test_engine_parity.py's default
+games). It can change float rounding
 (which products XLA fuses): a test that compares bits of arithmetic off the dyadic grid
 between two programs (one device and four, one process and two, fused and op by op) or
 with a run saved by the optimised compiler is marked `xla_optimized` and compiles as

@@ -168,12 +168,22 @@ def test_an_agent_exported_with_a_refitted_strategy_network(torch_run, tmp_path)
 
 
 def test_the_shipped_agent_loads_with_its_own_fit():
-    """agents/default_2h (lc_cfr.export of a two-hour default run, agents/README.md): the
-    networks read against their checksums, finite, and the average strategy is the fit
-    of the checkpoint's own iteration."""
+    """agents/default_2h (a two-hour default run exported with its average strategy fitted
+    anew as the default fits it, agents/README.md): the networks read against their
+    checksums, finite, and the average strategy is a fit of the checkpoint's own memory
+    from scratch, uniform, its learning rate decayed."""
+    from lc_cfr.export import STRATEGY_REFIT
     from lc_cfr.nets import mlp
 
-    saved = load_saved_networks(ROOT / "agents" / "default_2h")
+    agent = ROOT / "agents" / "default_2h"
+    saved = load_saved_networks(agent)
     assert saved.strategy_iteration == saved.iteration > 100
     assert mlp.all_finite(saved.strategy) and mlp.all_finite(saved.advantage)
     assert saved.config.traversal.expand_at == "path" and saved.rules.n_colors == 5
+    (meta,) = agent.glob("checkpoints/step_*/meta/metadata")
+    refit = json.loads(meta.read_text())[STRATEGY_REFIT]
+    assert (refit["init"], refit["weighting"], refit["lr_schedule"]) == (
+        "scratch",
+        "uniform",
+        "cosine",
+    )
