@@ -17,8 +17,9 @@ that holds an earlier iteration's is exported with a warning that says so.
 
 `export_agent(..., strategy=params, refit=how)` exports the checkpoint with another
 average-strategy network in place of the run's: a refit of the checkpoint's strategy
-memory (`scripts/refit_strategy.py --export`), so that an agent can be shipped as a
-newer fit reads its run without training it again. The meta records how it was fitted.
+memory (`scripts/refit_strategy.py --export`), so that an agent can ship the fit that a
+later config makes of its run's memory without training again. The meta records how it
+was fitted; its `metrics` row stays the run's iteration's (the run's own fit's margins).
 """
 
 from __future__ import annotations
