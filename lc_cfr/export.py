@@ -31,10 +31,9 @@ import shutil
 import sys
 
 import jax
-import numpy as np
 from absl import app, flags
 
-from lc_cfr.train import checkpoint
+from lc_cfr.train import checkpoint, run_format
 from lc_cfr.train.saved_networks import load_saved_networks
 
 # What an exported checkpoint keeps of a step directory (orbax's files and two items).
@@ -43,6 +42,13 @@ KEPT = ("_CHECKPOINT_METADATA", "commit_success.txt", "networks", "meta")
 
 # The meta key of an agent whose average strategy is not the run's own fit.
 STRATEGY_REFIT = "strategy_refit"
+
+
+def check_new_directory(out: str | os.PathLike, flag: str) -> None:
+    """Raises FileExistsError naming `flag` unless `out` is absent or an empty directory."""
+    out = pathlib.Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{flag}: {out} exists and is not empty; name a new directory")
 
 
 def export_agent(
@@ -66,8 +72,7 @@ def export_agent(
             checkpoint, or networks that fail their checksums.
     """
     out = pathlib.Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"--out: {out} exists and is not empty; name a new directory")
+    check_new_directory(out, "--out")
     saved = load_saved_networks(workdir, iteration)  # a readable run and checkpoint
     source = pathlib.Path(workdir)
     store = checkpoint.CheckpointStore(source / "checkpoints", read_only=True)
@@ -132,12 +137,9 @@ def _write_step(
         arrays, meta = store.load(step, networks_only=True)
     finally:
         store.close()
-    prefix = "strategy_params"  # run_format.state_arrays's name for the network
-    networks = {k: v for k, v in arrays.items() if not k.startswith(prefix)}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(strategy)[0]:
-        networks[prefix + jax.tree_util.keystr(path)] = np.asarray(leaf)
-    if set(networks) != set(arrays):
-        raise ValueError(f"the refitted strategy network's leaves are not those of {step_dir}")
+    name = "strategy_params"  # run_format.state_arrays's name for the network
+    networks = {k: v for k, v in arrays.items() if not k.startswith(name)}
+    networks.update(run_format.flat_tree(name, strategy))  # its shapes checked by the caller
     meta.update(
         {
             checkpoint.EXPORTED_FROM: str(source.absolute()),

@@ -36,7 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lc_cfr.eval.api import evaluate  # noqa: E402
-from lc_cfr.export import export_agent  # noqa: E402
+from lc_cfr.export import check_new_directory, export_agent  # noqa: E402
 from lc_cfr.learn.learner import LR_SCHEDULES, WEIGHTING_MODES, average_weighting  # noqa: E402
 from lc_cfr.train.run_format import read_run_config  # noqa: E402
 from lc_cfr.train.saved_networks import strategy_note  # noqa: E402
@@ -85,8 +85,11 @@ def main() -> None:
         raise SystemExit("--updates and --batch must be >= 1")
     if args.weighting is not None and args.weighting not in WEIGHTING_MODES:
         raise SystemExit(f"--weighting must be one of {list(WEIGHTING_MODES)}")
-    if args.export and pathlib.Path(args.export).exists():
-        raise SystemExit(f"--export: {args.export} exists; name a new directory")
+    if args.export:
+        try:  # before the fit, not after it
+            check_new_directory(args.export, "--export")
+        except FileExistsError as error:
+            raise SystemExit(str(error)) from error
     config = read_run_config(workdir / "config.json")
     # no evaluation or exploitability schedule of the run's: this script evaluates
     config.evaluation.eval_every = 0

@@ -149,6 +149,11 @@ def _verify(arrays: dict, expected: dict, where: pathlib.Path) -> None:
             raise DamagedCheckpoint(f"{where} is damaged: array {key} fails its checksum")
 
 
+def _step_meta(step: int, networks: dict, meta: dict) -> dict:
+    """A step's meta item: `meta` with the format, the step and the networks' checksums."""
+    return {**meta, "format": FORMAT, "iteration": step, "network_checksums": checksums(networks)}
+
+
 def _item_handlers() -> dict:
     """Orbax handlers of the three items. Numpy arrays are handed to the writer without
     orbax's protective deep copy (which doubled the peak memory and was most of a save's
@@ -247,8 +252,7 @@ class CheckpointStore:
                 previous one (asynchronous, joined here) failed.
         """
         self.wait()
-        meta = {"format": FORMAT, "iteration": step, **meta}
-        meta["network_checksums"] = checksums(networks)
+        meta = _step_meta(step, networks, meta)
         sums_path = self._checksums_path(step)
         sums_path.parent.mkdir(exist_ok=True)
         sums_path.unlink(missing_ok=True)
@@ -288,8 +292,7 @@ class CheckpointStore:
             CheckpointWriteError: naming the step, when the save fails.
         """
         self.wait()
-        meta = {**meta, "format": FORMAT, "iteration": step}
-        meta["network_checksums"] = checksums(networks)
+        meta = _step_meta(step, networks, meta)
         try:
             self._manager.save(
                 step,

@@ -217,9 +217,7 @@ def state_arrays(state: TrainState, base_key: jax.Array) -> tuple[dict, dict]:
     if state.sd_advantage is not None:
         trees["sd_advantage"] = state.sd_advantage
     for name, tree in trees.items():
-        target = networks if name in NETWORK_ITEMS else arrays
-        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-            target[name + jax.tree_util.keystr(path)] = np.asarray(leaf)
+        (networks if name in NETWORK_ITEMS else arrays).update(flat_tree(name, tree))
     for name, memory in _memories(state).items():
         for key, value in reservoir.to_numpy(memory).items():
             arrays[f"{name}/{key}"] = np.asarray(value)
@@ -256,6 +254,15 @@ def _memories(state: TrainState) -> dict:
     if state.value_memory is not None:
         memories["value_memory"] = state.value_memory
     return memories
+
+
+def flat_tree(name: str, tree) -> dict:
+    """{name + leaf path: numpy array} of `tree`'s leaves, as checkpoints store them
+    (`read_tree` reads them back)."""
+    return {
+        name + jax.tree_util.keystr(path): np.asarray(leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
 
 
 def read_tree(arrays, name: str, template):
