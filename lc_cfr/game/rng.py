@@ -38,6 +38,7 @@ class Purpose(enum.IntEnum):
     SEARCH_EVIDENCE = 12  # search: a bot blueprint's noise replaying the opponent's moves
     SEARCH_RESAMPLE = 13  # search: the draw that keeps D of the weighted worlds
     SEARCH_REDRAW = 14  # search: the kept worlds' undealt decks, reshuffled
+    LEAF_NOISE = 15  # scripts/leaf_noise.py: its self-play, positions, playouts and decks
 
 
 def _rotl(x, r):
