@@ -8,7 +8,7 @@ carries the luck of the cards still in the deck and of sigma's sampled moves, wh
 value network averages away (`engine.observe_history` leaves out the deck's order), so a
 low correlation can be the playout's noise as much as the leaf's error: the guard cannot
 tell the two apart. This script can. At positions of the run's own self-play it values
-every legal action a of the player to move (the traverser) four ways:
+every legal action a of the player to move (the traverser) in five ways:
 
 - L, the leaf as the traversal reads it: sigma on both seats for `leaf_decisions`
   decisions, then sum_b sigma(b) Q(h, b) at the traverser's next decision
