@@ -188,7 +188,8 @@ def child_values(
     def leaf_value(states, probs, mask):
         history = jax.vmap(engine.observe_history, in_axes=(None, 0, 0))(rules, states, traverser)
         q = mlp.masked_advantages(mlp.apply(value_spec, networks.value, history), mask)
-        return jnp.sum(jnp.where(mask, probs * q, 0.0), axis=-1) * options.utility_scale
+        # the traversal's leaf value: the node value of sigma over Q (`pol.node_regrets`)
+        return jax.vmap(pol.node_regrets)(probs, q, mask)[0] * options.utility_scale
 
     def unfinished(carry):
         return jnp.any(~carry[1])
@@ -224,9 +225,9 @@ def node_actions(mask, slots: int):
 
 
 def regrets(policy, values, valid):
-    """[N, K] r(a) = v(a) - sum_b sigma(b) v(b) over the valid slots."""
-    node = jnp.sum(jnp.where(valid, policy * values, 0.0), axis=-1, keepdims=True)
-    return jnp.where(valid, values - node, 0.0)
+    """[N, K] r(a) = v(a) - sum_b sigma(b) v(b) over the valid slots, as the traversal's
+    expanded nodes compute them (`pol.node_regrets`; sigma is zero off the legal slots)."""
+    return jax.vmap(pol.node_regrets)(policy, values, valid)[1]
 
 
 class Measured(NamedTuple):
