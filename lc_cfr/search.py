@@ -231,9 +231,7 @@ def network_blueprint(
         del words  # a network's policy is deterministic
         players = states.current_player
         obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(rules, states, players)
-        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
-        restrict = functools.partial(pol.restrict_draws, rules, draws=draws)
-        mask = jax.vmap(restrict)(states, mask)
+        mask = pol.agent_masks(rules, states, draws)
         if view == "average_strategy":
             return mlp.masked_policy(mlp.apply(spec, params, obs), mask)
         # Each lane reads its mover's network: both are run (a lane's mover is data).

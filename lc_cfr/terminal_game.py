@@ -109,8 +109,7 @@ class Game:
         self.h = rules.hand_size
 
         def policy(params, state):
-            mask = engine.legal_action_mask(rules, state)
-            mask = pol.restrict_draws(rules, state, mask, agent.draws)
+            mask = pol.agent_mask(rules, state, agent.draws)
             info = engine.observe(rules, state, state.current_player)
             return mlp.masked_policy(mlp.apply(spec, params, info[None])[0], mask)
 

@@ -129,7 +129,7 @@ def main() -> None:
     positions = _positions(rules, args.positions, args.seed)
 
     def mask_of(state):
-        return pol.restrict_draws(rules, state, engine.legal_action_mask(rules, state), draws)
+        return pol.agent_mask(rules, state, draws)
 
     def own(state, history):
         del history  # the blueprint reads the state only

@@ -83,8 +83,7 @@ def play(
     def agent(params, state):
         me = state.current_player
         obs = engine.observe(rules, state, me)
-        mask = engine.legal_action_mask(rules, state)
-        mask = pol.restrict_draws(rules, state, mask, saved.config.draws)
+        mask = pol.agent_mask(rules, state, saved.config.draws)
         opened = jnp.sum((state.expedition_numbered[me] + state.expedition_wagers[me]) > 0)
         capped = (state.phase == CARD_PHASE) & (opened >= cap)
         mask = mask.at[:hand].set(mask[:hand] & ~(capped & _opening_plays(rules, state, me)))

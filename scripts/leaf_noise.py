@@ -111,13 +111,6 @@ def bits(seed, stream, game, counter):
     return rng.random_bits(seed, stream, game, counter, rng.Purpose.LEAF_NOISE)
 
 
-def legal_mask(rules, draws, states):
-    """[B, A] the actions the agent may take (legal, and the run's `draws`)."""
-    mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
-    restrict = functools.partial(pol.restrict_draws, rules, draws=draws)
-    return jax.vmap(restrict)(states, mask)
-
-
 def _sigma(rules, spec, options, networks: Networks):
     return network_blueprint(
         rules,
@@ -143,7 +136,7 @@ def sample_positions(rules, spec, options, count: int, networks: Networks, seed)
 
     def play(carry):
         states, kept, seen = carry
-        mask = legal_mask(rules, options.draws, states)
+        mask = pol.agent_masks(rules, states, options.draws)
         live = ~states.terminal
         t = engine.decision_index(states).astype(jnp.uint32)
         choice = live & (jnp.sum(mask, axis=-1) >= 2)
@@ -196,7 +189,7 @@ def child_values(
 
     def play(carry):
         states, stopped, value = carry
-        mask = legal_mask(rules, options.draws, states)
+        mask = pol.agent_masks(rules, states, options.draws)
         probs = sigma(states, None)
         ended = ~stopped & states.terminal
         returns = jax.vmap(engine.returns, in_axes=(None, 0))(rules, states)
@@ -247,7 +240,7 @@ def measure(rules, spec, options, networks: Networks, positions, redraws, seed, 
     leaves at each of `depths` decisions (default: the run's `leaf_decisions`)."""
     seed = rng.as_word(seed)
     nodes, found = sample_positions(rules, spec, options, positions, networks, seed)
-    mask = legal_mask(rules, options.draws, nodes)
+    mask = pol.agent_masks(rules, nodes, options.draws)
     actions, valid = node_actions(mask, width(SearchOptions(candidates=0), rules))
     valid = valid & found[:, None]
     sigma = _sigma(rules, spec, options, networks)

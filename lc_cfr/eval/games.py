@@ -198,9 +198,7 @@ def _bot_actions(rules: Rules, name: str, states, seed, deals, decisions):
 def _network_actions(rules, spec, agent: Agent, params, player, states, seed, ids, decisions):
     """The agent's actions [H] in states [H] where it is `player` (traced) and moves."""
     obs = jax.vmap(engine.observe, in_axes=(None, 0, None))(rules, states, player)
-    mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
-    restrict = functools.partial(pol.restrict_draws, rules, draws=agent.draws)
-    mask = jax.vmap(restrict)(states, mask)
+    mask = pol.agent_masks(rules, states, agent.draws)
     if agent.kind == "average_strategy":
         probs = mlp.masked_policy(mlp.apply(spec, params, obs), mask)
     else:

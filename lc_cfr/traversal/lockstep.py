@@ -788,10 +788,8 @@ class _Traversals:
         game = lanes.position.game
         is_traverser = game.current_player == self.traverser
         obs = jax.vmap(engine.observe, in_axes=(None, 0, 0))(self.rules, game, game.current_player)
-        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(self.rules, game)
-        if self.options.draws != "any":  # the agent's draws, on both sides of self-play
-            restrict = functools.partial(pol.restrict_draws, self.rules, draws=self.options.draws)
-            mask = jax.vmap(restrict)(game, mask)
+        # the agent's draws, on both sides of self-play
+        mask = pol.agent_masks(self.rules, game, self.options.draws)
         played, stored, forwards = self.policies(lanes, obs, mask, is_traverser, mover)
         history = baseline = leaf = leaf_value = None
         mode = lanes.position.mode

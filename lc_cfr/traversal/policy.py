@@ -39,6 +39,17 @@ def restrict_draws(rules, state, mask: jax.Array, draws: str) -> jax.Array:
     return mask & jnp.concatenate([head, piles])
 
 
+def agent_mask(rules, state, draws: str) -> jax.Array:
+    """[A] bool: the actions the agent may take at one state: legal, less the pile draws
+    `draws` excludes. Every place the agent's policies meet a state reads its mask here."""
+    return restrict_draws(rules, state, engine.legal_action_mask(rules, state), draws)
+
+
+def agent_masks(rules, states, draws: str) -> jax.Array:
+    """[B, A] bool: `agent_mask` of each of a batch of states [B]."""
+    return jax.vmap(agent_mask, in_axes=(None, 0, None))(rules, states, draws)
+
+
 def check_draws(draws: str) -> str:
     if draws not in DRAWS:
         raise ValueError(f"draws must be one of {DRAWS}, got {draws!r}")

@@ -77,9 +77,7 @@ class ReferenceTraversal:
         r = rules
         self._observe = jax.jit(functools.partial(engine.observe, r))
         draws = options.draws
-        self._mask = jax.jit(
-            lambda state: pol.restrict_draws(r, state, engine.legal_action_mask(r, state), draws)
-        )
+        self._mask = jax.jit(lambda state: pol.agent_mask(r, state, draws))
         self._step = jax.jit(functools.partial(engine.step, r))
         self._init = jax.jit(functools.partial(engine.init, r))
         fallback, floor = options.all_negative_fallback, options.floor
