@@ -18,6 +18,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts
 import leaf_noise  # noqa: E402
 
 from lc_cfr.game import engine  # noqa: E402
+from lc_cfr.traversal import policy as pol  # noqa: E402
 
 SEED = 7
 POSITIONS = 24
@@ -37,7 +38,7 @@ def test_leaves_past_the_game_are_the_full_playouts():
     opts = _options(8)
     nodes, found = leaf_noise.sample_positions(TINY, SPEC, opts, POSITIONS, nets, SEED)
     assert bool(found.all())
-    mask = leaf_noise.legal_mask(TINY, opts.draws, nodes)
+    mask = pol.agent_masks(TINY, nodes, opts.draws)
     assert bool((mask.sum(axis=-1) >= 2).all()) and not bool(nodes.terminal.any())
     # drawn along whole games, not only at their start
     assert len(set(np.asarray(engine.decision_index(nodes)).tolist())) >= 4
