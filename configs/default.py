@@ -117,10 +117,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # the value network (checked ones also compare the two: traversal/leaf_corr_p*); 0 = off
     config.traversal.leaf_decisions = 8
     config.traversal.leaf_check_share = 0.1  # traversals played out in full (see above)
-    # leaves: the advantage target values the child sigma picks by its full playout
-    # (mixed) or by its leaf value, as its siblings (leaves: every regret from the value
-    # network, ESCHER's estimator); checked traversals' targets are full playouts in both
-    config.traversal.leaf_targets = "mixed"
+    # leaves: the advantage target values the child sigma picks by its leaf value, as its
+    # siblings (leaves: every regret from the value network, ESCHER's estimator;
+    # docs/experiments.md 45-47) or by its full playout (mixed, the default until
+    # 2026-12-07); checked traversals' targets are full playouts in both
+    config.traversal.leaf_targets = "leaves"
     config.traversal.cutoff_turns = 0  # cut a traversal off after this many turns; 0 = never
     config.traversal.cutoff_value_mode = "score_diff"  # score_diff | rollouts
     config.traversal.cutoff_rollouts = 4  # playouts averaged per cut-off (rollouts mode)

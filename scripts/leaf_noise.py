@@ -16,8 +16,8 @@ every legal action a of the player to move (the traverser) in five ways:
 - F_0, one full playout on the real deck with L's random numbers (the guard's);
 - F_1..F_R, full playouts with the position's undealt deck redrawn and their own random
   numbers: independent of L and F_0 given the position;
-- M, the default's target (`traversal.leaf_targets=mixed`): L, except the child that
-  sigma samples at the node, which reads its full playout F_0;
+- M, the `traversal.leaf_targets=mixed` target (the default until 2026-12-07): L,
+  except the child that sigma samples at the node, which reads its full playout F_0;
 - L_1..L_R, leaves on redrawn decks with their own random numbers (independent of the
   F_r): their spread is the leaf's own noise, the luck of its `leaf_decisions` moves and
   draws, which averages out over samples; the rest of its error is bias (the value
