@@ -70,3 +70,15 @@ def test_the_resume_refusal_lists_every_resumable_change(tmp_path):
         run_format.check_resumable(tmp_path, config, uses_value_network=False)
     for field in run_format.RESUMABLE_CHANGES:
         assert (f"{field}*" if field.endswith(".") else field) in str(refused.value)
+
+
+def test_leaf_targets_bind_a_resume_only_where_there_are_leaves(tmp_path):
+    """Without value leaves (`leaf_decisions` 0, as every preset) the leaf target reads
+    nothing, so a run saved under another default resumes; with leaves it is refused."""
+    config = make_runs.config_of(default_config, {"traversal.leaf_targets": "mixed"})
+    (tmp_path / "config.json").write_text(config.to_json())
+    config.traversal.leaf_targets = "leaves"
+    run_format.check_resumable(tmp_path, config, uses_value_network=False)
+    config.traversal.leaf_decisions = 2
+    with pytest.raises(ValueError, match="traversal.leaf_decisions', 'traversal.leaf_targets"):
+        run_format.check_resumable(tmp_path, config, uses_value_network=True)

@@ -66,6 +66,10 @@ VALUE_NETWORK_FIELDS = (
     "memory.value_capacity",
 )
 
+# How value leaves read a regret: nothing to read while neither config has leaves (a run
+# of `plain`'s estimator resumes under a default whose leaf_targets changed since).
+LEAF_FIELDS = ("traversal.leaf_targets",)
+
 # Fields added after runs were first written, with the value that reproduces what those
 # runs did: a saved config without them means exactly these settings.
 ADDED_FIELDS = {
@@ -185,6 +189,8 @@ def check_resumable(workdir: pathlib.Path, config, uses_value_network: bool) -> 
     inert = tuple(RESUMABLE_CHANGES)
     if not uses_value_network and saved.get("traversal.outcome_estimator") == "importance":
         inert += VALUE_NETWORK_FIELDS
+    if not saved.get("traversal.leaf_decisions") and not current.get("traversal.leaf_decisions"):
+        inert += LEAF_FIELDS
     changed = sorted(
         key
         for key in set(saved) | set(current)
