@@ -73,8 +73,9 @@ def test_the_resume_refusal_lists_every_resumable_change(tmp_path):
 
 
 def test_leaf_targets_bind_a_resume_only_where_there_are_leaves(tmp_path):
-    """Without value leaves (`leaf_decisions` 0, as every preset) the leaf target reads
-    nothing, so a run saved under another default resumes; with leaves it is refused."""
+    """Without value leaves (`leaf_decisions` 0, as `plain` and the presets that apply it)
+    the leaf target reads nothing, so a run saved under another default resumes; with
+    leaves it is refused."""
     config = make_runs.config_of(default_config, {"traversal.leaf_targets": "mixed"})
     (tmp_path / "config.json").write_text(config.to_json())
     config.traversal.leaf_targets = "leaves"
