@@ -67,16 +67,16 @@ RUN_PARAM_RTOL, RUN_PARAM_ATOL = 1e-4, 1e-5
 # states went to a network depends on batching, so policy_calls is compared where it must
 EXACT_STATS = tuple(name for name in api.CORE_STAT_NAMES if name != "policy_calls")
 
-# the table's rows flagged torch (each costs seconds; the table's other rows in modes the
-# torch backends have only recombine these rows' modes, and test_traversal.py holds them
-# to the reference)
+# the table's rows flagged torch (each costs seconds: a row in modes the torch backends
+# have may stay off where it only recombines these rows' modes, and test_traversal.py
+# holds every row to the reference)
 CASES = sorted(name for name, case in TRAVERSAL_CASES.items() if case.torch)
 SERVER_CASES = (
     "outcome_lanes4",
-    "outcome_cutoff4_safe_rollouts",
-    "outcome_average_strategy",
-    "external_league",
-    "external_bot",
+    "outcome_bot_noisy_cutoff4_safe_rollouts",
+    "outcome_average_strategy_both",
+    "external_league_rollouts",
+    "external_bot_cutoff4_lanes1",
 )
 NETWORKS = networks()
 QUOTA = 10
@@ -163,7 +163,7 @@ def test_recursive_and_interleaved_match_jax(case):
         assert_same_samples(interleaved, recursive, opts, exact=True)
         assert_equal_stats(interleaved_stats, stats)
     assert min(counts.values()) > 0, f"the case stores no samples of a kind: {counts}"
-    if case == "outcome_tight_clip":  # the clip statistic is exercised, not just zero
+    if case == "outcome_lanes1_zero_tight_clip":  # the clip statistic is exercised, not just 0
         assert stats["clipped_values"] > 0
 
 

@@ -103,6 +103,46 @@ def test_lockstep_equals_reference(case):
         assert int(stats.policy_calls) == int(stats.nodes)
 
 
+def test_the_table_has_every_value_of_every_mode():
+    """A row combines several options (each row costs seconds of compiles) rather than
+    giving each value a row of its own: this holds the table to keeping each value of the
+    traversal's modes in some row, the numeric options both off and on, and the
+    lockstep's lanes at one, a few and more than the traversals."""
+    rows = [(case, case.options()) for case in TRAVERSAL_CASES.values()]
+
+    def values(field):
+        return {getattr(opts, field) for _, opts in rows}
+
+    for field, want in [
+        ("sampling_mode", api.SAMPLING_MODES),
+        ("strategy_samples", api.STRATEGY_SAMPLE_NODES),
+        ("cutoff_value_mode", api.CUTOFF_VALUE_MODES),
+        ("expand_at", api.EXPANSION_POINTS),
+        ("leaf_targets", api.LEAF_TARGETS),
+        ("outcome_unsampled_regret", pol.UNSAMPLED_REGRET_MODES),
+        ("outcome_estimator", pol.OUTCOME_ESTIMATORS),
+        ("all_negative_fallback", pol.FALLBACKS),
+    ]:
+        assert values(field) >= set(want), field
+    assert {case.schedule for case, _ in rows} == set(api.LOCKSTEP_SCHEDULES)
+    assert {case.traverser for case, _ in rows} == {0, 1}
+    lanes = {case.lanes for case, _ in rows}
+    assert 1 in lanes and max(lanes) > options().traversals_per_player
+    assert {"network", "average_strategy", "league"} <= values("opponent_policy")
+    assert len(values("opponent_policy") & set(api.BOT_NAMES)) >= 5
+    assert len(values("cutoff_rollout_policy")) >= 2 and len(values("draws")) >= 2
+    for field in ("outcome_sampling_value_clip", "cutoff_turns", "floor", "path_epsilon"):
+        assert 0 in values(field) and len(values(field)) >= 2, field
+    assert len(values("max_depth")) >= 2
+    for field in ("path_expansions", "leaf_decisions", "value_lambda"):  # default, 2 more
+        assert len(values(field)) >= 3, field
+    # the estimators with a value network clip their sampled values too: with and without
+    valued = {
+        o.outcome_sampling_value_clip > 0 for _, o in rows if o.outcome_estimator != "importance"
+    }
+    assert valued == {True, False}
+
+
 def test_lanes_do_not_change_samples():
     nets = networks(seed=5)
     runs = [

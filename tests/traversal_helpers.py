@@ -91,8 +91,8 @@ class TraversalCase:
     lanes: int = LANES  # the jax backend's lanes in the lockstep-vs-reference test
     traverser: int = 1  # the traverser of the lockstep-vs-reference test
     # held to `jax` in tests/test_torch_backends.py (which runs both traversers, 5 lanes);
-    # only modes the torch backends have, and not every such row: a torch case costs
-    # seconds, so rows that only recombine modes of other torch rows stay off
+    # only modes the torch backends have; a torch case costs seconds, so a row that only
+    # recombines modes of other torch rows may stay off
     torch: bool = False
     # the jax backend's traversal.lockstep_schedule (never changes the samples)
     schedule: str = "all_lanes"
@@ -104,64 +104,75 @@ class TraversalCase:
 _C = TraversalCase
 _EXTERNAL = dict(sampling_mode="external")
 # name -> case. Every case runs lockstep vs reference; the torch-vs-jax cases say torch=True.
+# A case costs seconds (mostly XLA compiling its static configuration), so a row combines
+# several options that do not interact and that other rows leave at their defaults: what
+# the table must keep is every value of every option in some row, and each torch-run mode
+# in a torch row, not each value in a row of its own.
 TRAVERSAL_CASES = {
     # ---- outcome sampling
-    "outcome_lanes1": _C({}, lanes=1),
     "outcome_lanes4": _C({}, lanes=4, torch=True, schedule="one_mover"),  # inert here
-    "outcome_lanes7_traverser0": _C({}, lanes=7, traverser=0),
-    "outcome_zero": _C(dict(outcome_unsampled_regret="zero"), traverser=0, torch=True),
-    "outcome_no_clip": _C(dict(outcome_sampling_value_clip=0.0), torch=True),
-    "outcome_tight_clip": _C(dict(outcome_sampling_value_clip=0.5), torch=True),
-    "outcome_uniform_fallback": _C(dict(all_negative_fallback="uniform"), torch=True),
-    "outcome_store_both": _C(dict(strategy_samples="both"), torch=True),
-    "outcome_average_strategy": _C(dict(opponent_policy="average_strategy"), torch=True),
-    "outcome_average_strategy_both": _C(
-        dict(opponent_policy="average_strategy", strategy_samples="both")
-    ),
-    "outcome_league": _C(dict(opponent_policy="league"), torch=True),
-    "outcome_league_uniform": _C(
-        dict(opponent_policy="league", all_negative_fallback="uniform"), lanes=3
-    ),
-    "outcome_bot_safe": _C(dict(opponent_policy="safe_heuristic"), torch=True),
-    "outcome_bot_noisy": _C(
-        dict(opponent_policy="noisy_safe", strategy_samples="traverser"), torch=True
-    ),
-    "outcome_bot_random": _C(dict(opponent_policy="random"), torch=True),
-    "outcome_cutoff_score": _C(
-        dict(cutoff_turns=3, strategy_samples="traverser", outcome_sampling_value_clip=0.0)
-    ),
-    "outcome_cutoff4_score": _C(dict(cutoff_turns=4), torch=True),
-    "outcome_cutoff_rollouts": _C(dict(cutoff_turns=3, cutoff_value_mode="rollouts"), lanes=5),
-    "outcome_cutoff4_safe_rollouts": _C(
-        dict(cutoff_turns=4, cutoff_value_mode="rollouts", cutoff_rollout_policy="safe_heuristic"),
+    "outcome_lanes1_zero_tight_clip": _C(
+        dict(outcome_unsampled_regret="zero", outcome_sampling_value_clip=0.5),
+        lanes=1,
         torch=True,
     ),
-    "outcome_bot_opponent_safe_rollouts": _C(
+    # more lanes than the 6 traversals
+    "outcome_lanes7_no_clip_uniform_fallback": _C(
+        dict(outcome_sampling_value_clip=0.0, all_negative_fallback="uniform"),
+        lanes=7,
+        traverser=0,
+        torch=True,
+    ),
+    "outcome_average_strategy_both": _C(
+        dict(opponent_policy="average_strategy", strategy_samples="both"), torch=True
+    ),
+    "outcome_league": _C(dict(opponent_policy="league"), lanes=3, torch=True),
+    "outcome_bot_safe_cutoff4_score": _C(
+        dict(opponent_policy="safe_heuristic", cutoff_turns=4), torch=True
+    ),
+    "outcome_bot_noisy_cutoff4_safe_rollouts": _C(
         dict(
             opponent_policy="noisy_safe",
-            cutoff_turns=3,
+            strategy_samples="traverser",
+            cutoff_turns=4,
             cutoff_value_mode="rollouts",
             cutoff_rollout_policy="safe_heuristic",
-        )
+        ),
+        torch=True,
+    ),
+    "outcome_bot_random_cutoff3_rollouts": _C(
+        dict(opponent_policy="random", cutoff_turns=3, cutoff_value_mode="rollouts"),
+        lanes=5,
+        torch=True,
     ),
     # ---- outcome sampling, modes of the jax backend only
-    "outcome_floor_league": _C(dict(floor=0.1, opponent_policy="league"), lanes=3),
-    "outcome_baseline": _C(dict(outcome_estimator="baseline", outcome_sampling_value_clip=0.0)),
-    "outcome_baseline_clip_bootstrap_bot": _C(
+    "outcome_baseline_no_clip_bootstrap_bot": _C(
         dict(
             outcome_estimator="baseline",
+            outcome_sampling_value_clip=0.0,
             value_lambda=0.0,
             opponent_policy="safe_heuristic",
             strategy_samples="traverser",
         ),
         lanes=3,
     ),
+    # clips its sampled values (the baseline row does not). Its name is the networks'
+    # seed (len(case)): its targets leave the dyadic grid, and on other seeds a few differ
+    # from the reference's in the last bit unless XLA optimises both (a renamed row
+    # may need the `xla_optimized` mark of tests/test_traversal.py)
     "outcome_history_value_half_lambda_cutoff": _C(
-        dict(outcome_estimator="history_value", value_lambda=0.5, cutoff_turns=4, floor=0.05),
+        dict(
+            outcome_estimator="history_value",
+            value_lambda=0.5,
+            cutoff_turns=4,
+            floor=0.05,
+        ),
         traverser=0,
     ),
     # ---- external sampling
-    "external_depth1": _C(dict(_EXTERNAL, max_depth=1), lanes=3, torch=True),
+    "external_depth1_cutoff3": _C(
+        dict(_EXTERNAL, max_depth=1, cutoff_turns=3), lanes=3, torch=True
+    ),
     "external_depth2": _C(dict(_EXTERNAL, max_depth=2), torch=True, schedule="one_mover"),
     "external_depth2_avg_both": _C(
         dict(_EXTERNAL, opponent_policy="average_strategy", strategy_samples="both"),
@@ -169,103 +180,69 @@ TRAVERSAL_CASES = {
         torch=True,
         schedule="one_mover",
     ),
-    "external_league": _C(dict(_EXTERNAL, opponent_policy="league"), torch=True),
-    "external_bot": _C(dict(_EXTERNAL, opponent_policy="passive_discard"), torch=True),
-    "external_cutoff_score": _C(dict(_EXTERNAL, cutoff_turns=3), torch=True),
-    "external_cutoff_score_lanes1": _C(dict(_EXTERNAL, cutoff_turns=4), lanes=1),
-    "external_cutoff_rollouts": _C(
-        dict(_EXTERNAL, cutoff_turns=4, cutoff_value_mode="rollouts"), torch=True
-    ),
     "external_league_rollouts": _C(
         dict(_EXTERNAL, opponent_policy="league", cutoff_turns=4, cutoff_value_mode="rollouts"),
         lanes=2,
+        torch=True,
         schedule="one_mover",
     ),
-    "external_bot_opponent_random_rollouts": _C(
-        dict(
-            _EXTERNAL,
-            opponent_policy="safe_heuristic_loose",
-            cutoff_turns=4,
-            cutoff_value_mode="rollouts",
-            cutoff_rollout_policy="random",
-        ),
-        lanes=3,
+    "external_bot_cutoff4_lanes1": _C(
+        dict(_EXTERNAL, opponent_policy="passive_discard", cutoff_turns=4), lanes=1, torch=True
     ),
     # ---- external sampling expanded at a sampled decision (jax backend only)
-    "external_sampled_depth1_playable_draws": _C(
-        dict(_EXTERNAL, expand_at="sampled", max_depth=1, draws="playable")
-    ),
-    "external_sampled_depth2_path_eps_both_floor": _C(
+    "external_sampled_depth2_eps_floor_bot_cutoff_rollouts": _C(
         dict(
             _EXTERNAL,
             expand_at="sampled",
             path_epsilon=0.3,
-            strategy_samples="both",
             floor=0.05,
-        ),
-        traverser=0,
-        lanes=3,
-        schedule="one_mover",
-    ),
-    "external_sampled_bot_cutoff_rollouts": _C(
-        dict(
-            _EXTERNAL,
-            expand_at="sampled",
-            max_depth=1,
-            opponent_policy="safe_heuristic",
+            opponent_policy="safe_heuristic_loose",
             strategy_samples="traverser",
             cutoff_turns=6,
             cutoff_value_mode="rollouts",
         ),
+        traverser=0,
         lanes=2,
+        schedule="one_mover",
     ),
-    # ---- external sampling expanded at one of a scouted path's choices (jax only)
+    # ---- external sampling expanded at some of a scouted path's choices (jax only)
     # three of the path's choices (fewer on the tiny variant's short paths)
-    "external_path_depth1_expansions3": _C(
-        dict(_EXTERNAL, expand_at="path", max_depth=1, path_expansions=3), lanes=3
-    ),
-    "external_path_bot_cutoff_rollouts_eps": _C(
+    "external_path_depth1_expansions3_eps_bot_cutoff_rollouts": _C(
         dict(
             _EXTERNAL,
             expand_at="path",
-            max_depth=2,
+            max_depth=1,
+            path_expansions=3,
             path_epsilon=0.3,
             opponent_policy="safe_heuristic",
             cutoff_turns=6,
             cutoff_value_mode="rollouts",
         ),
-        traverser=0,
-        lanes=2,
-        schedule="one_mover",
+        lanes=3,
     ),
     # ---- sampled expansions whose children are valued by the value network (jax only)
-    "external_sampled_leaves": _C(
-        dict(_EXTERNAL, expand_at="sampled", max_depth=1, leaf_decisions=2, leaf_check_share=0.5),
-        lanes=3,
-    ),
-    "external_path_leaves_expansions2_eps": _C(
+    "external_sampled_leaves_playable_draws_both": _C(
         dict(
             _EXTERNAL,
-            expand_at="path",
+            expand_at="sampled",
             max_depth=1,
-            path_epsilon=0.3,
             leaf_decisions=2,
             leaf_check_share=0.5,
-            path_expansions=2,
+            draws="playable",
+            strategy_samples="both",
         ),
         lanes=3,
-        schedule="one_mover",
     ),
-    "external_path_leaves_depth2_eps_leaf_targets": _C(
+    "external_path_leaves_depth2_expansions2_eps_leaf_targets": _C(
         dict(
             _EXTERNAL,
             expand_at="path",
             max_depth=2,
             path_epsilon=0.3,
+            path_expansions=2,
             leaf_decisions=1,
             leaf_check_share=0.4,
             leaf_targets="leaves",
-            strategy_samples="both",
         ),
         traverser=0,
         lanes=2,
