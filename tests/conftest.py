@@ -13,7 +13,8 @@ games). It can change float rounding
 between two programs (one device and four, one process and two, fused and op by op) or
 with a run saved by the optimised compiler is marked `xla_optimized` and compiles as
 users do (the `_xla_optimisations` fixture below, which also clears JAX's in-memory
-caches so that nothing compiled the other way is reused). Set here
+caches so that nothing compiled the other way is reused; tests/test_sharding.py's
+subprocess switches so for its one such mode alone). Set here
 before JAX is imported, in the environment, so that the command lines and scripts that
 tests start in subprocesses compile the same way; `JAX_DISABLE_MOST_OPTIMIZATIONS=0`
 runs the suite with the optimised compiler. No figure of docs/performance.md comes from

@@ -76,6 +76,16 @@ def _comparable(row):
     return {k: v for k, v in row.items() if k not in TIMING and not k.endswith(timing)}
 
 
+def _assert_target_anatomy(row):
+    """The row's target anatomy (lc_cfr.train.anatomy) covers its advantage samples.
+    Each sampling mode's smoke run checks it: outcome sampling, external sampling at the
+    root and at a sampled decision each record their samples elsewhere in the game."""
+    assert row["targets/samples"] == row["traversal/advantage_samples"] > 0
+    shares = [row[f"targets/p{k}_share"] for k in range(4)]
+    assert sum(shares) == pytest.approx(1.0)
+    assert 0.0 <= row["targets/zero_fraction"] <= 1.0 and row["targets/variance"] >= 0
+
+
 @pytest.mark.slow
 def test_cli_smoke_run_writes_every_spec_key_and_resumes(tmp_path):
     env = dict(os.environ, LC_CFR_JAX_CACHE=str(ROOT / ".cache" / "jax"))
@@ -123,6 +133,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     assert [r["iteration"] for r in split_rows] == [1, 2, 3]
     for a, b in zip(whole_rows, split_rows, strict=True):
         assert _comparable(a) == _comparable(b)
+    _assert_target_anatomy(whole_rows[-1])  # external sampling at a sampled decision
 
 
 def test_value_network_state_resumes_exactly(tmp_path):
@@ -139,6 +150,7 @@ def test_value_network_state_resumes_exactly(tmp_path):
     chex.assert_trees_all_equal(whole, split)  # the whole state, bit for bit
     row = _rows(tmp_path / "s")[-1]
     assert row["loss/value"] >= 0 and 0 < row["memory/value_fill"] <= 1
+    _assert_target_anatomy(row)  # outcome sampling
     with pytest.raises(ValueError, match="optimization.learner"):
         Trainer(smoke_config(**{**overrides, "optimization.learner": "torch"}), tmp_path / "t")
 
@@ -210,10 +222,15 @@ def test_held_out_advantage_samples_stay_out_of_the_memory_and_are_scored(tmp_pa
 
 
 def test_traversal_compiles_once_across_iterations_and_players(tmp_path):
-    config = smoke_config(**{"run.max_iterations": 3, "traversal.traversals_per_player": 10})
+    """A traversal no other test of a worker compiles (10 traversals): one compile for
+    the run. At the root: the suite's trainer run of external sampling there, whose
+    target anatomy it checks as well."""
+    overrides = {"traversal.traversals_per_player": 10, "traversal.expand_at": "root"}
+    config = smoke_config(**{"run.max_iterations": 3, **overrides})
     before = lockstep._run._cache_size()
     Trainer(config, tmp_path).run()
     assert lockstep._run._cache_size() == before + 1
+    _assert_target_anatomy(_rows(tmp_path)[-1])
 
 
 def test_advantage_epochs_grow_the_updates_with_the_memory_without_recompiling(tmp_path):
@@ -287,22 +304,6 @@ def test_strategy_samples_auto_follows_the_opponent(tmp_path):
     assert Trainer(config, tmp_path / "b").options.strategy_samples == "traverser"
     config = smoke_config(**{"traversal.strategy_samples": "both"})
     assert Trainer(config, tmp_path / "c").options.strategy_samples == "both"
-
-
-def test_target_anatomy_is_reported_for_each_sampling_mode(tmp_path):
-    for name, overrides in {
-        "outcome": {"traversal.sampling_mode": "outcome"},
-        "root": {"traversal.sampling_mode": "external", "traversal.expand_at": "root"},
-        "sampled": {"traversal.sampling_mode": "external", "traversal.expand_at": "sampled"},
-    }.items():
-        config = smoke_config(**{"run.max_iterations": 1, **overrides})
-        config.evaluation.eval_every = 0
-        Trainer(config, tmp_path / name).run()
-        row = _rows(tmp_path / name)[-1]
-        assert row["targets/samples"] == row["traversal/advantage_samples"] > 0, name
-        shares = [row[f"targets/p{k}_share"] for k in range(4)]
-        assert sum(shares) == pytest.approx(1.0)
-        assert 0.0 <= row["targets/zero_fraction"] <= 1.0 and row["targets/variance"] >= 0
 
 
 def test_card_head_trains_and_evaluates(tmp_path):
