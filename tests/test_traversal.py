@@ -43,9 +43,10 @@ STAT_NAMES["rollout_decisions"] = "rollouts"
 
 
 def _case_param(case: str):
-    """The baseline estimator's targets are off the dyadic grid: the fused lockstep and
-    the op-by-op reference round them alike only when XLA optimises both (conftest.py)."""
-    if TRAVERSAL_CASES[case].overrides.get("outcome_estimator") == "baseline":
+    """The targets of the estimators with a value network (baseline, history_value) are
+    off the dyadic grid: the fused lockstep and the op-by-op reference round them alike
+    only when XLA optimises both (conftest.py)."""
+    if TRAVERSAL_CASES[case].overrides.get("outcome_estimator", "importance") != "importance":
         return pytest.param(case, marks=pytest.mark.xla_optimized)
     return case
 

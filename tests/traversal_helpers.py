@@ -156,10 +156,7 @@ TRAVERSAL_CASES = {
         ),
         lanes=3,
     ),
-    # clips its sampled values (the baseline row does not). Its name is the networks'
-    # seed (len(case)): its targets leave the dyadic grid, and on other seeds a few differ
-    # from the reference's in the last bit unless XLA optimises both (a renamed row
-    # may need the `xla_optimized` mark of tests/test_traversal.py)
+    # clips its sampled values (the baseline row does not)
     "outcome_history_value_half_lambda_cutoff": _C(
         dict(
             outcome_estimator="history_value",
