@@ -28,7 +28,18 @@ $LC_CFR_JAX_CACHE or ~/.cache/lc_cfr/jax) a warm cache shortens iteration 1;
 Measured ratios (this run): per figure, the first variant's over this variant's
 (`against_first_variant`: numerator, denominator and value, on `it 2+` where measured,
 else iteration 1); the variants run one after the other in separate processes, in one
-run of this script.
+run of this script. Advantage samples per second (`traversal/advantage_samples` over
+`traversal_seconds`, issue 23's currency) is a rate, so its ratio is this variant's over
+the first's.
+
+TWO CONFIGS SIDE BY SIDE: a variant may carry `+preset=NAME` (a preset of the --config
+file, applied after the file's own) and `+block.field=value` (applied after --set), so
+one run trains, say, the default until 2026-12-04 beside today's, each on its own
+networks as they learn (the traversal's cost depends on how long the policies' games
+run, which random networks do not show):
+
+    .venv/bin/python scripts/bench_iteration.py --config configs/default.py --iterations 6 \\
+        --variants jax+optax+preset=plain+traversal.lockstep_schedule=all_lanes,jax+optax
 
 EXTERNAL REFERENCES, not measured by this script (`EXTERNAL_REFERENCES`, stored in the
 JSON with their provenance and printed apart as "against external reference":
@@ -118,6 +129,7 @@ from lc_cfr.traversal.registry import BACKENDS  # noqa: E402
 DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:wide,classic"
 DEFAULT_VARIANTS = "jax+optax,interleaved+optax"
 EXTRAS = ("amp", "compile")
+PRESET = "preset"  # `+preset=NAME` in a variant: a preset of the config file on top of its own
 
 # The per-iteration figures, in the order the table prints them.
 TIMINGS = (
@@ -134,6 +146,7 @@ FIGURES = (
     *TIMINGS,
     "other_seconds",
     "nodes_per_second",
+    "advantage_samples_per_second",
     "advantage_ms_per_update",
     "strategy_ms_per_update",
 )
@@ -217,28 +230,42 @@ GB = 1024**3
 # ----- variants ---------------------------------------------------------------------
 
 
-def parse_variant(text: str) -> tuple[str, str, tuple[str, ...]]:
-    """(backend, learner, extras) of `BACKEND+LEARNER[+amp][+compile]`."""
+def parse_variant(text: str) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+    """(backend, learner, extras, settings) of
+    `BACKEND+LEARNER[+amp][+compile][+preset=NAME][+block.field=value]...`: `settings`
+    are the `=` parts in their order (a preset, or a config override applied after
+    --set), so one run can hold two configs side by side."""
     parts = [part.strip() for part in text.split("+")]
     if len(parts) < 2:
         raise ValueError(f"variant {text!r}: want BACKEND+LEARNER, e.g. jax+optax")
-    backend, learner, *extras = parts
+    backend, learner, *rest = parts
+    extras = [part for part in rest if "=" not in part]
+    settings = tuple(part for part in rest if "=" in part)
     if backend not in BACKENDS:
         raise ValueError(f"variant {text!r}: backend must be one of {sorted(BACKENDS)}")
     if learner not in LEARNERS:
         raise ValueError(f"variant {text!r}: learner must be one of {list(LEARNERS)}")
     unknown = sorted(set(extras) - set(EXTRAS))
     if unknown:
-        raise ValueError(f"variant {text!r}: unknown options {unknown}; valid: {list(EXTRAS)}")
-    return backend, learner, tuple(extras)
+        raise ValueError(
+            f"variant {text!r}: unknown options {unknown}; valid: {list(EXTRAS)}, "
+            f"{PRESET}=NAME or block.field=value"
+        )
+    return backend, learner, tuple(extras), settings
 
 
 def variant_config(config_arg: str, overrides: list[str], variant: str):
-    """The config a variant trains with: the file, the --set overrides, the variant's
-    backend and learner, evaluation and the progress bar off."""
+    """The config a variant trains with: the file with its presets and the variant's
+    (`+preset=NAME`, after the file's), the --set overrides, the variant's own
+    (`+block.field=value`), its backend and learner, evaluation and the progress bar off."""
+    backend, learner, extras, settings = parse_variant(variant)
+    presets = [v for k, _, v in (item.partition("=") for item in settings) if k == PRESET]
+    if presets:
+        joiner = "," if ":" in config_arg else ":"
+        config_arg = config_arg + joiner + ",".join(presets)
     config = bench_common.load_config(config_arg)
     apply_overrides(config, overrides)
-    backend, learner, extras = parse_variant(variant)
+    apply_overrides(config, [item for item in settings if item.partition("=")[0] != PRESET])
     config.traversal.backend = backend
     config.optimization.learner = learner
     config.run.use_amp = "amp" in extras
@@ -324,6 +351,13 @@ def iteration_figures(row: dict, config) -> dict:
     figures["other_seconds"] = figures["iteration_seconds"] - parts
     figures["nodes"] = int(row["traversal/nodes"])
     figures["nodes_per_second"] = float(row["traversal/nodes_per_second"])
+    # issue 23's currency: the traversal's advantage samples (both players) per second
+    # of traversal; None where a backend does not count them
+    samples = row.get("traversal/advantage_samples")
+    figures["advantage_samples"] = None if samples is None else int(samples)
+    figures["advantage_samples_per_second"] = (
+        None if samples is None else float(samples) / figures["traversal_seconds"]
+    )
     updates = int(row["optimization/advantage_updates_p0"]) + int(
         row["optimization/advantage_updates_p1"]
     )
@@ -490,8 +524,14 @@ def spawn_variant(variant: str, args) -> dict:
         *(["--checkpoint"] if args.checkpoint else []),
         *(["--fill-memories"] if args.fill_memories else []),
     ]
-    backend, learner, extras = parse_variant(variant)
-    entry = {"variant": variant, "backend": backend, "learner": learner, "extras": list(extras)}
+    backend, learner, extras, settings = parse_variant(variant)
+    entry = {
+        "variant": variant,
+        "backend": backend,
+        "learner": learner,
+        "extras": list(extras),
+        "settings": list(settings),
+    }
     started = time.perf_counter()
     # stderr is kept (tail) for the error message; stdout streams through
     with tempfile.TemporaryFile("w+") as stderr:
@@ -556,6 +596,15 @@ def add_ratios(results: list[dict]) -> None:
             for key in TIMINGS[:5]
             if headline(first).get(key) and figures.get(key)
         }
+        rate = "advantage_samples_per_second"  # a rate: this variant's over the first's
+        if headline(first).get(rate) and figures.get(rate):
+            entry["against_first_variant"][rate] = {
+                "value": figures[rate] / headline(first)[rate],
+                "numerator": figures[rate],
+                "denominator": headline(first)[rate],
+                "numerator_is": f"{entry['variant']} {rate} ({phase})",
+                "denominator_is": f"{first['variant']} {rate} ({phase})",
+            }
         measured = {
             "iteration_1": {**entry["iteration_1"], "peak_rss_gb": entry["peak_rss_gb"]},
             "steady": entry["steady"] and {**entry["steady"], "peak_rss_gb": entry["peak_rss_gb"]},
@@ -581,6 +630,8 @@ def _cell(value, key: str) -> str:
         return "-"
     if key == "nodes_per_second":
         return f"{value:,.0f}"
+    if key == "advantage_samples_per_second":
+        return f"{value:.1f}"
     if key.endswith("_gb"):
         return f"{value:.2f}"
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
@@ -595,6 +646,7 @@ LABELS = {
     "checkpoint_seconds": "checkpoint s",
     "other_seconds": "other s",
     "nodes_per_second": "nodes/s",
+    "advantage_samples_per_second": "adv. samples/s",
     "advantage_ms_per_update": "advantage ms/update",
     "strategy_ms_per_update": "strategy ms/update",
     "peak_rss_gb": "peak RSS GB",
@@ -640,6 +692,12 @@ def print_tables(results: list[dict], iterations: int) -> None:
             record = e["against_first_variant"].get(key)
             cells.append("-" if record is None else f"{record['value']:.4f}")
         print(f"{LABELS[key]:<{label_width}}" + "".join(f"{c:>{2 * width}}" for c in cells))
+    cells = []
+    for e in ran:
+        record = e["against_first_variant"].get("advantage_samples_per_second")
+        cells.append("-" if record is None else f"{record['value']:.4f}")
+    print(f"{'adv. samples/s (x)':<{label_width}}" + "".join(f"{c:>{2 * width}}" for c in cells))
+    print(f"  (x: the variant's advantage samples a traversal second over {ran[0]['variant']}'s)")
     print(
         "\nEXTERNAL REFERENCES (not measured by this run): reference / measured, the "
         "measured phase matched to the reference's iteration; like with like only where "
@@ -687,7 +745,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="path[:preset,...]")
     parser.add_argument(
-        "--variants", default=DEFAULT_VARIANTS, help="comma list of BACKEND+LEARNER[+amp]"
+        "--variants",
+        default=DEFAULT_VARIANTS,
+        help="comma list of BACKEND+LEARNER[+amp][+compile][+preset=NAME][+block.field=value]",
     )
     parser.add_argument("--iterations", type=int, default=2, help="per variant (>= 1)")
     parser.add_argument("--set", action="append", default=[], help="block.field=value")

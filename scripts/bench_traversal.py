@@ -3,7 +3,8 @@
 Builds the rules, network shape and traversal options from the config exactly as the
 trainer does (lc_cfr.train.setup.*_from_config; only `lanes`, the traversal quota and
 optionally the sampling mode are overridden), gives the two advantage networks and the
-strategy network random parameters (league: one copy of the strategy network), and
+strategy network random parameters (league: one copy of the strategy network; or a
+run's trained networks, below), and
 times calls of the `jax` backend (lc_cfr.traversal.lockstep.run_traversals). Its figure
 is nodes per second: traversal decisions (stats.nodes) per wall-clock second.
 
@@ -29,7 +30,8 @@ ratios and their spread and judged unrounded against `--goal-ratio` (0.7) and
 external sampling, which evaluates both advantage networks at every decision.)
 
     .venv/bin/python scripts/bench_traversal.py [--lanes 64,280,1024] [--repeats 3] \
-        [--sampling-mode outcome|external] [--traversals N] [--json out.json]
+        [--sampling-mode outcome|external] [--traversals N] [--json out.json] \
+        [--config path[:preset] | --workdir RUN [--checkpoint N]]
 
 BACKENDS SIDE BY SIDE (`--backends jax,recursive,interleaved,server --workers N`): every
 named backend runs the same config (the trainer's options and worker settings, with
@@ -48,6 +50,15 @@ hold two estimators side by side. Each backend's advantage samples per second (v
 advantage slots of the median call over its seconds) come with its nodes/s, and their
 ratio to the first backend's (`samples_ratio_to_first`: the figure that compares
 estimators, whose trees differ).
+
+TRAINED NETWORKS (`--workdir RUN [--checkpoint N]`): the run's config (config.json, with
+--set overrides) and the advantage, strategy, league and value networks of one of its
+checkpoints (the latest by default) instead of random ones. Random networks are the worst
+case for an estimator that plays games out (every path runs to the turn cap); a trained
+run's games are the ones its training plays, so estimators compared side by side on its
+networks are compared on the work a run does (`jax+expand_at=sampled+...` replays an
+older estimator on them). The forward-only limit then times the trained advantage
+network (a forward's cost does not depend on its weights).
 
 Traversals per call default to max(config traversals_per_player, lanes): lanes beyond the
 quota would never run (the trainer refuses them), so a larger lanes value is benchmarked
@@ -77,6 +88,7 @@ import jax
 import jax.numpy as jnp
 
 from lc_cfr.nets import mlp
+from lc_cfr.train.run_format import read_run_config
 from lc_cfr.train.setup import (
     options_from_config,
     rules_from_config,
@@ -95,7 +107,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = f"{ROOT / 'configs' / 'default.py'}:wide,classic"
 LIMIT_DEFINITION = (
     "forward-only limit = lanes / seconds per forward; a forward is one mlp.apply of "
-    "the config's network (random parameters) on a [lanes, E] float32 batch, timed as "
+    "the config's network (player 0's advantage parameters, random or trained) on a "
+    "[lanes, E] float32 batch, timed as "
     "back-to-back forwards inside one jitted lax.fori_loop (no Python dispatch, no "
     "regret matching, no engine work). ratio = traversal nodes/s / limit, each the median "
     "over the repeats (the lower median for an even count), each repeat timing one "
@@ -130,6 +143,34 @@ def random_networks(spec: mlp.NetworkSpec, seed: int, rules) -> api.Networks:
         league_count=jnp.int32(1),
         value=mlp.init_params(api.value_spec(rules, spec), keys[3]),
     )
+
+
+def run_config(workdir: Path):
+    """RUN/config.json completed as a resume would, with its own evaluations off (a
+    `Trainer` built on it only restores); SystemExit naming --workdir without one."""
+    path = Path(workdir) / "config.json"
+    if not path.is_file():
+        raise SystemExit(f"--workdir: {path} does not exist (not a training run directory)")
+    config = read_run_config(path)
+    config.evaluation.eval_every = 0
+    config.evaluation.extended_eval_every = 0
+    config.evaluation.exploitability_every = 0
+    return config
+
+
+def trained_networks(config, workdir: Path, checkpoint: int | None) -> tuple[api.Networks, int]:
+    """(networks, iteration) of checkpoint `checkpoint` (None: the latest) of the run in
+    `workdir`, read as the trainer resumes it (`Trainer.restore`, read-only): the value
+    network comes with the advantage and strategy networks, which `load_saved_networks`
+    leaves on disk. `config` is `run_config`'s, overrides applied."""
+    from lc_cfr.train.trainer import Trainer  # builds learners: only this mode needs it
+
+    trainer = Trainer(config, workdir)
+    restored = trainer.restore(checkpoint)
+    if restored is None:
+        raise SystemExit(f"--workdir: no checkpoint in {Path(workdir) / 'checkpoints'}")
+    state, _ = restored
+    return trainer.networks(state), int(state.iteration)
 
 
 # ----- timing helpers --------------------------------------------------------------
@@ -461,7 +502,13 @@ def print_table(results: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="path[:preset]")
+    parser.add_argument("--config", help=f"path[:preset]; default {DEFAULT_CONFIG}")
+    parser.add_argument(
+        "--workdir", help="a training run: its config and a checkpoint's trained networks"
+    )
+    parser.add_argument(
+        "--checkpoint", type=int, help="with --workdir: the checkpoint's iteration (latest)"
+    )
     parser.add_argument("--lanes", default="64,280,1024", help="comma list")
     parser.add_argument(
         "--traversals",
@@ -508,17 +555,33 @@ def main() -> None:
     if args.traversals and max(lanes_values) > args.traversals:
         parser.error(f"--lanes {max(lanes_values)} exceeds --traversals {args.traversals}")
 
-    config = bench_common.load_config(args.config)
+    if args.workdir and args.config:
+        parser.error("--config and --workdir exclude each other (a run brings its config)")
+    if args.checkpoint is not None and not args.workdir:
+        parser.error("--checkpoint needs --workdir")
+    if args.workdir:
+        config = run_config(Path(args.workdir))
+        args.config = str(Path(args.workdir) / "config.json")
+    else:
+        args.config = args.config or DEFAULT_CONFIG
+        config = bench_common.load_config(args.config)
     bench_common.apply_overrides(config, args.set)
     rules = rules_from_config(config)
     spec = spec_from_config(config, rules)
-    networks = random_networks(spec, int(config.seed), rules)
+    if args.workdir:
+        networks, iteration = trained_networks(config, Path(args.workdir), args.checkpoint)
+        source = {"kind": "trained", "workdir": str(args.workdir), "checkpoint": iteration}
+    else:
+        networks = random_networks(spec, int(config.seed), rules)
+        source = {"kind": "random", "seed": int(config.seed)}
     mode = args.sampling_mode or config.traversal.sampling_mode
     quota = int(config.traversal.traversals_per_player)
     print(
         f"{args.config}: E={rules.encoding_size} A={rules.num_actions}, network "
         f"{spec.hidden_size}x{spec.num_layers} {spec.activation}, {mode} sampling, "
-        f"opponent {config.traversal.opponent_policy}; jax {jax.__version__} "
+        f"opponent {config.traversal.opponent_policy}, {source['kind']} networks"
+        + (f" (checkpoint {source['checkpoint']})" if args.workdir else "")
+        + f"; jax {jax.__version__} "
         f"({jax.default_backend()}), {os.cpu_count()} CPUs",
         flush=True,
     )
@@ -536,6 +599,7 @@ def main() -> None:
                 "torch_threads_per_worker": 1,
                 "config": args.config,
                 "overrides": args.set,
+                "networks": source,
                 "sampling_mode": mode,
                 "workers": args.workers,
                 "repeats": args.repeats,
@@ -585,6 +649,7 @@ def main() -> None:
             "jax": jax.__version__,
             "backend": jax.default_backend(),
             "config": args.config,
+            "networks": source,
             "rules": config.rules.to_dict(),
             "network": {
                 "input_size": spec.input_size,

@@ -295,8 +295,13 @@ def test_bench_iteration_reports_every_figure(tmp_path):
         assert first[key] > 0 and steady[key] > 0, key
     assert first["checkpoint_seconds"] == 0.0  # saving is off unless --checkpoint
     assert first["iteration_seconds"] >= sum(first[key] for key in timings[1:])
-    for key in ("nodes_per_second", "advantage_ms_per_update", "strategy_ms_per_update"):
+    rates = ("nodes_per_second", "advantage_samples_per_second", "advantage_ms_per_update")
+    for key in (*rates, "strategy_ms_per_update"):
         assert first[key] > 0, key
+    row = result["iterations"][0]
+    assert first["advantage_samples_per_second"] == (
+        row["advantage_samples"] / row["traversal_seconds"]
+    )
     assert 0 < result["rss_after_iteration_1_gb"] <= result["peak_rss_gb"]
     # it 2+ is the mean of the later iterations, within their spread
     for key, spread in result["steady_spread"].items():
@@ -328,3 +333,32 @@ def test_bench_iteration_refuses_unknown_variants():
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("bench_iteration.py", "--variants=jax+sgd")
     assert "learner must be one of" in failure.value.stderr
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script(
+            "bench_iteration.py", "--config=configs/default.py", "--variants=jax+optax+preset=huge"
+        )
+    assert "unknown preset 'huge'" in failure.value.stderr
+
+
+def test_bench_iteration_variants_carry_their_own_config():
+    import bench_iteration
+
+    path = str(ROOT / "configs" / "default.py")
+    old = "jax+optax+preset=plain+traversal.lockstep_schedule=all_lanes+traversal.lanes=32"
+    config = bench_iteration.variant_config(path, ["traversal.lanes=64"], old)
+    # the preset on top of the file's, then --set, then the variant's own fields
+    assert (config.draws, config.traversal.expand_at, config.traversal.leaf_decisions) == (
+        "any",
+        "sampled",
+        0,
+    )
+    assert config.traversal.lockstep_schedule == "all_lanes" and config.traversal.lanes == 32
+    assert bench_iteration.parse_variant(old)[2:] == ((), tuple(old.split("+")[2:]))
+    today = bench_iteration.variant_config(path, ["traversal.lanes=64"], "jax+optax")
+    assert (today.draws, today.traversal.expand_at, today.traversal.lanes) == (
+        "playable",
+        "path",
+        64,
+    )
+    small = bench_iteration.variant_config(f"{path}:small", [], "jax+optax+preset=smoke")
+    assert small.rules.n_colors == 2  # smoke's, applied after the file's small

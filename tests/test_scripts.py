@@ -236,3 +236,37 @@ def test_search_pairs_holds_k1_equal_to_the_raw_blueprint(best_response_run, tmp
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("search_pairs.py", "--agent=wizard", "--settings=raw,2:1:0")
     assert "--agent" in failure.value.stderr and "wizard" in failure.value.stderr
+
+
+@pytest.mark.slow
+def test_bench_traversal_runs_a_checkpoints_trained_networks(best_response_run, tmp_path):
+    run, out = best_response_run, tmp_path / "trained.json"
+    _script(
+        "bench_traversal.py",
+        f"--workdir={run}",
+        "--backends=jax",
+        "--lanes=8",
+        "--traversals=8",
+        "--repeats=1",
+        f"--json={out}",
+    )
+    report = json.loads(out.read_text())
+    assert report["networks"] == {"kind": "trained", "workdir": str(run), "checkpoint": 1}
+    assert report["config"] == str(run / "config.json") and report["results"][0]["nodes"] > 0
+
+    # the networks it traverses are the checkpoint's, as evaluation reads them
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_traversal
+
+    from lc_cfr.train.saved_networks import load_saved_networks
+
+    networks, iteration = bench_traversal.trained_networks(
+        bench_traversal.run_config(run), run, None
+    )
+    saved = load_saved_networks(run)
+    assert iteration == saved.iteration == 1
+    jax.tree.map(np.testing.assert_array_equal, networks.advantage, tuple(saved.advantage))
+    jax.tree.map(np.testing.assert_array_equal, networks.strategy, saved.strategy)
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("bench_traversal.py", f"--workdir={run}", "--config=configs/default.py:smoke")
+    assert "--config and --workdir exclude each other" in failure.value.stderr
