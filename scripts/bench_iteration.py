@@ -575,39 +575,50 @@ def headline(entry: dict) -> dict | None:
     return entry["steady"] or entry["iteration_1"]
 
 
+def compared(figures: dict | None) -> dict | None:
+    """`figures` for comparisons: without the strategy training time where no iteration
+    fitted the strategy network (strategy_train_when='read' skips the unread fits), whose
+    near-0 seconds no ratio should divide by."""
+    if figures is None or figures.get("strategy_ms_per_update") is not None:
+        return figures
+    return {**figures, "strategy_train_seconds": None}
+
+
 def add_ratios(results: list[dict]) -> None:
     """Measured ratios against the first variant that ran (`against_first_variant`: its
     seconds over this variant's, with both parts) and the comparisons with the external
     references (`against_external_reference`: reference / measured, like with like)."""
     first = next((e for e in results if headline(e)), None)
     for entry in results:
-        figures = headline(entry)
+        figures = compared(headline(entry))
         if figures is None:
             continue
+        base = compared(headline(first))
         phase = "it 2+" if entry["steady"] else "iteration 1"
         entry["against_first_variant"] = {
             key: {
-                "value": headline(first)[key] / figures[key],
-                "numerator": headline(first)[key],
+                "value": base[key] / figures[key],
+                "numerator": base[key],
                 "denominator": figures[key],
                 "numerator_is": f"{first['variant']} {key} ({phase})",
                 "denominator_is": f"{entry['variant']} {key} ({phase})",
             }
             for key in TIMINGS[:5]
-            if headline(first).get(key) and figures.get(key)
+            if base.get(key) and figures.get(key)
         }
         rate = "advantage_samples_per_second"  # a rate: this variant's over the first's
-        if headline(first).get(rate) and figures.get(rate):
+        if base.get(rate) and figures.get(rate):
             entry["against_first_variant"][rate] = {
-                "value": figures[rate] / headline(first)[rate],
+                "value": figures[rate] / base[rate],
                 "numerator": figures[rate],
-                "denominator": headline(first)[rate],
+                "denominator": base[rate],
                 "numerator_is": f"{entry['variant']} {rate} ({phase})",
                 "denominator_is": f"{first['variant']} {rate} ({phase})",
             }
+        peak = {"peak_rss_gb": entry["peak_rss_gb"]}
         measured = {
-            "iteration_1": {**entry["iteration_1"], "peak_rss_gb": entry["peak_rss_gb"]},
-            "steady": entry["steady"] and {**entry["steady"], "peak_rss_gb": entry["peak_rss_gb"]},
+            "iteration_1": {**compared(entry["iteration_1"]), **peak},
+            "steady": entry["steady"] and {**compared(entry["steady"]), **peak},
         }
         comparisons = {}
         for name, reference in EXTERNAL_REFERENCES.items():

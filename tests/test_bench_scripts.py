@@ -362,3 +362,23 @@ def test_bench_iteration_variants_carry_their_own_config():
     )
     small = bench_iteration.variant_config(f"{path}:small", [], "jax+optax+preset=smoke")
     assert small.rules.n_colors == 2  # smoke's, applied after the file's small
+
+
+def test_bench_iteration_divides_by_no_skipped_strategy_fit():
+    import bench_iteration
+
+    def entry(variant, strategy_seconds, strategy_ms):
+        figures = dict.fromkeys(bench_iteration.FIGURES, 1.0)
+        figures.update(strategy_train_seconds=strategy_seconds, strategy_ms_per_update=strategy_ms)
+        figures["advantage_samples_per_second"] = 40.0 if variant == "old" else 200.0
+        return {"variant": variant, "iteration_1": figures, "steady": figures, "peak_rss_gb": 1.0}
+
+    # the second variant fits its strategy network only where read: no iteration here did
+    results = [entry("old", 6.7, 13.1), entry("new", 1e-5, None)]
+    bench_iteration.add_ratios(results)
+    ratios = results[1]["against_first_variant"]
+    assert "strategy_train_seconds" not in ratios and ratios["iteration_seconds"]["value"] == 1.0
+    assert ratios["advantage_samples_per_second"]["value"] == 5.0  # a rate: new over old
+    for comparison in results[1]["against_external_reference"].values():
+        assert "strategy_train_seconds" not in comparison["figures"]
+    assert "strategy_train_seconds" in results[0]["against_first_variant"]
