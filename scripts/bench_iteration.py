@@ -38,7 +38,7 @@ one run trains, say, the default until 2026-12-04 beside today's, each on its ow
 networks as they learn (the traversal's cost depends on how long the policies' games
 run, which random networks do not show):
 
-    .venv/bin/python scripts/bench_iteration.py --config configs/default.py --iterations 6 \\
+    .venv/bin/python scripts/bench_iteration.py --config configs/default.py --iterations 3 \\
         --variants jax+optax+preset=plain+traversal.lockstep_schedule=all_lanes,jax+optax
 
 EXTERNAL REFERENCES, not measured by this script (`EXTERNAL_REFERENCES`, stored in the

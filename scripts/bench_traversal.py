@@ -53,9 +53,9 @@ estimators, whose trees differ).
 
 TRAINED NETWORKS (`--workdir RUN [--checkpoint N]`): the run's config (config.json, with
 --set overrides) and the advantage, strategy, league and value networks of one of its
-checkpoints (the latest by default) instead of random ones. Random networks are the worst
-case for an estimator that plays games out (every path runs to the turn cap); a trained
-run's games are the ones its training plays, so estimators compared side by side on its
+checkpoints (the latest by default) instead of random ones. Random networks do not play
+a run's games (with any pile draw allowed their paths run to the turn cap); a trained
+run's are the ones its training plays, so estimators compared side by side on its
 networks are compared on the work a run does (`jax+expand_at=sampled+...` replays an
 older estimator on them). The forward-only limit then times the trained advantage
 network (a forward's cost does not depend on its weights).
