@@ -21,13 +21,15 @@ lc_cfr's before a change, taken from the project's records): it is stored with i
 provenance (machine, date, iteration, what it includes) and compared as
 `against_external_reference`, never as a measured speed-up.
 
-The scripts also share how they read a config argument (`load_config`).
+The scripts also share how they read a config argument (`load_config`) and how those
+that read a training run restore it (`run_config`, `restored_run`).
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import pathlib
 import statistics
 from collections.abc import Sequence
 
@@ -133,6 +135,35 @@ def against_reference(reference: dict, measured: dict, keys: Sequence[str], comp
         "compared_with": compared_with,
         "figures": rows,
     }
+
+
+def run_config(workdir: pathlib.Path):
+    """RUN/config.json completed as a resume would, with the run's own evaluation and
+    exploitability schedules off (a script that restores a run evaluates, if at all, by
+    itself); SystemExit naming --workdir without one."""
+    from lc_cfr.train.run_format import read_run_config
+
+    path = pathlib.Path(workdir) / "config.json"
+    if not path.exists():
+        raise SystemExit(f"--workdir: {path} does not exist")
+    config = read_run_config(path)
+    config.evaluation.eval_every = 0
+    config.evaluation.extended_eval_every = 0
+    config.evaluation.exploitability_every = 0
+    return config
+
+
+def restored_run(config, workdir: pathlib.Path, checkpoint: int | None):
+    """(trainer, state) of checkpoint `checkpoint` (None: the latest) of the run in
+    `workdir`, read as the trainer resumes it (`Trainer.restore`, read-only); `config` is
+    `run_config`'s. SystemExit naming --workdir without a checkpoint."""
+    from lc_cfr.train.trainer import Trainer
+
+    trainer = Trainer(config, workdir)
+    restored = trainer.restore(checkpoint)
+    if restored is None:
+        raise SystemExit(f"--workdir: no checkpoint in {pathlib.Path(workdir) / 'checkpoints'}")
+    return trainer, restored[0]
 
 
 def load_config(arg: str):

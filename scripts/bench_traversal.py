@@ -88,7 +88,6 @@ import jax
 import jax.numpy as jnp
 
 from lc_cfr.nets import mlp
-from lc_cfr.train.run_format import read_run_config
 from lc_cfr.train.setup import (
     options_from_config,
     rules_from_config,
@@ -145,31 +144,12 @@ def random_networks(spec: mlp.NetworkSpec, seed: int, rules) -> api.Networks:
     )
 
 
-def run_config(workdir: Path):
-    """RUN/config.json completed as a resume would, with its own evaluations off (a
-    `Trainer` built on it only restores); SystemExit naming --workdir without one."""
-    path = Path(workdir) / "config.json"
-    if not path.is_file():
-        raise SystemExit(f"--workdir: {path} does not exist (not a training run directory)")
-    config = read_run_config(path)
-    config.evaluation.eval_every = 0
-    config.evaluation.extended_eval_every = 0
-    config.evaluation.exploitability_every = 0
-    return config
-
-
 def trained_networks(config, workdir: Path, checkpoint: int | None) -> tuple[api.Networks, int]:
     """(networks, iteration) of checkpoint `checkpoint` (None: the latest) of the run in
-    `workdir`, read as the trainer resumes it (`Trainer.restore`, read-only): the value
-    network comes with the advantage and strategy networks, which `load_saved_networks`
-    leaves on disk. `config` is `run_config`'s, overrides applied."""
-    from lc_cfr.train.trainer import Trainer  # builds learners: only this mode needs it
-
-    trainer = Trainer(config, workdir)
-    restored = trainer.restore(checkpoint)
-    if restored is None:
-        raise SystemExit(f"--workdir: no checkpoint in {Path(workdir) / 'checkpoints'}")
-    state, _ = restored
+    `workdir` (`bench_common.restored_run`): the value network comes with the advantage
+    and strategy networks, which `load_saved_networks` leaves on disk. `config` is
+    `bench_common.run_config`'s, overrides applied."""
+    trainer, state = bench_common.restored_run(config, workdir, checkpoint)
     return trainer.networks(state), int(state.iteration)
 
 
@@ -560,7 +540,7 @@ def main() -> None:
     if args.checkpoint is not None and not args.workdir:
         parser.error("--checkpoint needs --workdir")
     if args.workdir:
-        config = run_config(Path(args.workdir))
+        config = bench_common.run_config(Path(args.workdir))
         args.config = str(Path(args.workdir) / "config.json")
     else:
         args.config = args.config or DEFAULT_CONFIG

@@ -65,13 +65,15 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_common  # noqa: E402
 
 from lc_cfr import compile_cache  # noqa: E402
 from lc_cfr.game import engine, rng  # noqa: E402
 from lc_cfr.nets import mlp  # noqa: E402
 from lc_cfr.search import SearchOptions, network_blueprint, redraw_undealt, width  # noqa: E402
-from lc_cfr.train.run_format import read_run_config  # noqa: E402
-from lc_cfr.train.trainer import Trainer  # noqa: E402
+from lc_cfr.train.setup import options_from_config  # noqa: E402
 from lc_cfr.traversal import api  # noqa: E402
 from lc_cfr.traversal import policy as pol  # noqa: E402
 
@@ -345,20 +347,11 @@ def main() -> None:
     if args.redraws < 2:
         raise SystemExit(f"--redraws must be >= 2 (their spread is the noise), got {args.redraws}")
     workdir = pathlib.Path(args.workdir)
-    if not (workdir / "config.json").exists():
-        raise SystemExit(f"--workdir: {workdir / 'config.json'} does not exist")
+    config = bench_common.run_config(workdir)
     compile_cache.enable(compile_cache.directory())
-    config = read_run_config(workdir / "config.json")
-    config.evaluation.eval_every = 0
-    config.evaluation.extended_eval_every = 0
-    config.evaluation.exploitability_every = 0
-    trainer = Trainer(config, workdir)
-    if not api.has_leaves(trainer.options):
+    if not api.has_leaves(options_from_config(config)):
         raise SystemExit("--workdir: the run has no value leaves (traversal.leaf_decisions=0)")
-    restored = trainer.restore(args.checkpoint)
-    if restored is None:
-        raise SystemExit(f"--workdir: no checkpoint in {workdir / 'checkpoints'}")
-    state, _ = restored
+    trainer, state = bench_common.restored_run(config, workdir, args.checkpoint)
     networks = Networks(tuple(state.advantage_params), state.value_params)
     depths = _depths(args.leaf_decisions, trainer.options.leaf_decisions, trainer.rules)
     start = time.perf_counter()

@@ -34,14 +34,15 @@ import jax
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_common  # noqa: E402
 
 from lc_cfr.eval.api import evaluate  # noqa: E402
 from lc_cfr.export import check_new_directory, export_agent  # noqa: E402
 from lc_cfr.learn.learner import LR_SCHEDULES, WEIGHTING_MODES, average_weighting  # noqa: E402
-from lc_cfr.train.run_format import read_run_config  # noqa: E402
 from lc_cfr.train.saved_networks import strategy_note  # noqa: E402
 from lc_cfr.train.setup import learner_from_config  # noqa: E402
-from lc_cfr.train.trainer import Trainer  # noqa: E402
 
 INITS = ("warm", "scratch")
 
@@ -79,8 +80,7 @@ def main() -> None:
     args = parser.parse_args()
 
     workdir = pathlib.Path(args.workdir)
-    if not (workdir / "config.json").exists():
-        raise SystemExit(f"--workdir: {workdir / 'config.json'} does not exist")
+    config = bench_common.run_config(workdir)  # no evaluation schedule: this script evaluates
     if args.updates < 1 or args.batch < 1:
         raise SystemExit("--updates and --batch must be >= 1")
     if args.weighting is not None and args.weighting not in WEIGHTING_MODES:
@@ -90,11 +90,6 @@ def main() -> None:
             check_new_directory(args.export, "--export")
         except FileExistsError as error:
             raise SystemExit(str(error)) from error
-    config = read_run_config(workdir / "config.json")
-    # no evaluation or exploitability schedule of the run's: this script evaluates
-    config.evaluation.eval_every = 0
-    config.evaluation.extended_eval_every = 0
-    config.evaluation.exploitability_every = 0
     # the run's own config builds the trainer that restores its checkpoint; the refit's
     # learner takes the flags
     fit = config.copy_and_resolve_references()
@@ -111,11 +106,7 @@ def main() -> None:
             "--init scratch, or --lr-schedule constant to train the run's network on"
         )
     fit.optimization.strategy_init = "scratch" if args.init == "scratch" else "warm_start"
-    trainer = Trainer(config, workdir)
-    restored = trainer.restore(args.checkpoint)
-    if restored is None:
-        raise SystemExit(f"--workdir: no checkpoint in {workdir / 'checkpoints'}")
-    state, _ = restored
+    trainer, state = bench_common.restored_run(config, workdir, args.checkpoint)
     learner = learner_from_config(
         fit, trainer.spec, "strategy", codec=trainer.strategy_learner.codec
     )

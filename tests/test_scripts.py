@@ -256,13 +256,12 @@ def test_bench_traversal_runs_a_checkpoints_trained_networks(best_response_run, 
 
     # the networks it traverses are the checkpoint's, as evaluation reads them
     sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_common
     import bench_traversal
 
     from lc_cfr.train.saved_networks import load_saved_networks
 
-    networks, iteration = bench_traversal.trained_networks(
-        bench_traversal.run_config(run), run, None
-    )
+    networks, iteration = bench_traversal.trained_networks(bench_common.run_config(run), run, None)
     saved = load_saved_networks(run)
     assert iteration == saved.iteration == 1
     jax.tree.map(np.testing.assert_array_equal, networks.advantage, tuple(saved.advantage))
