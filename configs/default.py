@@ -10,8 +10,9 @@ played path, the children valued by a history-value network 8 decisions down, st
 features beside the encoding, pile draws only of cards the agent can play (sections 17,
 21, 22 and 25), a card-indexed output head, advantage networks fitted with four passes
 over their memories and a strategy network fitted from scratch where it is read
-(sections 27-31); for a 2-core CPU a 256x3 network with 2048 traversals per player (better at
-equal wall time than the predecessor's 512x3 with 1024: section 12); the rest mirrors
+(sections 27-31); for a 2-core CPU a 256x3 network (better at equal wall time than the
+predecessor's 512x3: section 12) with 4096 traversals per player (section 50: two hours
+of 4096 beat two hours of 2048 at equal wall time); the rest mirrors
 the predecessor's seeds (batches of 1024, 2M-sample memories, evaluation every 25
 iterations, mirrored, 1000 games per opponent where the seeds had 100 unmirrored).
 Presets: `small` (3 colours, for experiments), `tiny` (exact exploitability), `smoke`
@@ -71,7 +72,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # jax | recursive | interleaved | server (docs/design.md section 4)
     config.traversal.backend = "jax"
     # per player per iteration: each gives one expanded decision (external, sampled)
-    config.traversal.traversals_per_player = 2048
+    config.traversal.traversals_per_player = 4096
     config.traversal.lanes = 512  # jax: traversals in flight at once (lockstep)
     # jax, external sampling: all_lanes (every lane decides each step, both players'
     # networks on all of them) | one_mover (half the lanes decide, those of the player to
