@@ -11,7 +11,8 @@
         [--search_blueprint=average_strategy] [--search_determinizations=D] \
         [--search_candidates=K] [--search_prior_weight=C] [--search_rollout=greedy]
         [--search_stderr_weight=Z] [--search_opponent_model=none|blueprint] \
-        [--search_world_pool=P] [--search_evidence_weight=E] [--search_min_effective_share=S]
+        [--search_world_pool=P] [--search_evidence_weight=E] [--search_min_effective_share=S] \
+        [--search_leaf_decisions=L]
     python -m lc_cfr.evaluate --agent=safe_heuristic --views=search ...
 
 With --workdir the run's config is read from RUN/config.json and the networks of
@@ -217,6 +218,12 @@ def parse_request(
             raise app.UsageError(
                 "--search_blueprint sd_cfr plays bots only: not head to head (--opponents)"
             )
+        if search_options.leaf_decisions and (agent is not None or search_blueprint == SD_CFR):
+            over = f"--agent={agent}" if agent is not None else "--search_blueprint sd_cfr"
+            raise app.UsageError(
+                f"--search_leaf_decisions={search_options.leaf_decisions}: search over {over} "
+                "has no value network to value the leaves with (0 plays rollouts to the end)"
+            )
         if agent is not None and sequential.is_sequential(spiel_bots, agent):
             raise app.UsageError(
                 f"--views search over --agent={agent}: a search stands on a network view or "
@@ -367,13 +374,26 @@ def run_request(request: Request) -> dict:
             )
         if SEARCH in request.views:
             blueprint = request.search_blueprint
+            params = available[blueprint]
+            if request.search.leaf_decisions:
+                from lc_cfr.train.saved_networks import value_network
+
+                try:
+                    params = search_lib.with_value(
+                        request.search,
+                        params,
+                        value_network(networks),
+                        networks.config.utility_scale,
+                    )
+                except ValueError as error:
+                    raise app.UsageError(f"--workdir {request.workdir}: {error}") from None
             metrics.update(
                 sequential.evaluate_search(
                     spiel_bots,
                     networks.rules,
                     networks.spec,
                     blueprint,
-                    available[blueprint],
+                    params,
                     request.search,
                     **common,
                 )
@@ -504,6 +524,7 @@ def _main(argv):
             f"search over {s['blueprint']}: {s['determinizations']} determinizations, "
             f"{s['candidates'] or 'all'} candidates, prior weight {s['prior_weight']}, "
             f"stderr weight {s['stderr_weight']}, {s['rollout']} rollouts"
+            + (f" cut at {s['leaf_decisions']} decisions" if s.get("leaf_decisions") else "")
         )
     if "average_strategy" in request.views and "strategy_iteration" in document:
         from lc_cfr.train.saved_networks import strategy_note

@@ -15,6 +15,10 @@ The checkpoint should hold its own average-strategy fit (with
 `optimization.strategy_train_when=read` the kept checkpoints and the last one do); one
 that holds an earlier iteration's is exported with a warning that says so.
 
+Search can cut its rollouts at the run's value network (docs/search.md), so an agent keeps
+it: checkpoints since 2026-12-07 hold it in their networks item, which is copied; from an
+older checkpoint it is read from the state item and written into the agent's networks.
+
 `export_agent(..., strategy=params, refit=how)` exports the checkpoint with another
 average-strategy network in place of the run's: a refit of the checkpoint's strategy
 memory (`scripts/refit_strategy.py --export`), so that an agent can ship the fit that a
@@ -34,7 +38,7 @@ import jax
 from absl import app, flags
 
 from lc_cfr.train import checkpoint, run_format
-from lc_cfr.train.saved_networks import load_saved_networks
+from lc_cfr.train.saved_networks import load_saved_networks, value_network
 
 # What an exported checkpoint keeps of a step directory (orbax's files and two items).
 KEPT = ("_CHECKPOINT_METADATA", "commit_success.txt", "networks", "meta")
@@ -90,13 +94,17 @@ def export_agent(
         shapes = jax.tree.map(lambda leaf: leaf.shape, saved.strategy)
         if jax.tree.map(lambda leaf: leaf.shape, strategy) != shapes:
             raise ValueError(f"the refitted strategy network is not of {workdir}'s shape")
+    # an older checkpoint's value network, from its state item (None: none to add)
+    value = value_network(saved) if saved.value is None else None
     created = not out.exists()
     target = out / "checkpoints" / step_dir.name
     try:
-        if strategy is None:
+        if strategy is None and value is None:
             _copy_step(step_dir, target, source)
         else:
-            _write_step(step_dir, out / "checkpoints", saved.iteration, strategy, refit, source)
+            _write_step(
+                step_dir, out / "checkpoints", saved.iteration, strategy, refit, source, value
+            )
         shutil.copy2(source / "config.json", out / "config.json")
         # The copy, read back against the networks' checksums (a training run may have
         # replaced its latest step while it was copied).
@@ -127,27 +135,28 @@ def _write_step(
     directory: pathlib.Path,
     step: int,
     strategy,
-    refit: dict,
+    refit: dict | None,
     source: pathlib.Path,
+    value=None,
 ) -> None:
-    """The run's step with `strategy` as its average-strategy network, written anew (the
-    networks' checksums change with it)."""
+    """The run's step written anew (the networks' checksums change with it), with
+    `strategy` as its average-strategy network where given (and `refit` in its meta) and
+    `value` added to its networks where given."""
     store = checkpoint.CheckpointStore(step_dir.parent, read_only=True)
     try:
         arrays, meta = store.load(step, networks_only=True)
     finally:
         store.close()
-    name = "strategy_params"  # run_format.state_arrays's name for the network
-    networks = {k: v for k, v in arrays.items() if not k.startswith(name)}
-    networks.update(run_format.flat_tree(name, strategy))  # its shapes checked by the caller
-    meta.update(
-        {
-            checkpoint.EXPORTED_FROM: str(source.absolute()),
-            STRATEGY_REFIT: refit,
-            # the refit is this checkpoint's memory's fit
-            "strategy_iteration": step,
-        }
-    )
+    networks = dict(arrays)
+    meta[checkpoint.EXPORTED_FROM] = str(source.absolute())
+    if strategy is not None:
+        name = "strategy_params"  # run_format.state_arrays's name for the network
+        networks = {k: v for k, v in networks.items() if not k.startswith(name)}
+        networks.update(run_format.flat_tree(name, strategy))  # shapes checked by the caller
+        # the refit is this checkpoint's memory's fit
+        meta.update({STRATEGY_REFIT: refit, "strategy_iteration": step})
+    if value is not None:
+        networks.update(run_format.flat_tree("value_params", value))
     writer = checkpoint.CheckpointStore(directory, asynchronous=False)
     try:
         writer.save_networks(step, networks, meta)

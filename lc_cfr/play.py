@@ -6,7 +6,8 @@
                            [--search_prior_weight=C] [--search_rollout=greedy|sampled]
                            [--search_stderr_weight=Z]
                            [--search_opponent_model=none|blueprint] [--search_world_pool=P]
-                           [--search_evidence_weight=E] [--search_min_effective_share=S]]
+                           [--search_evidence_weight=E] [--search_min_effective_share=S]
+                           [--search_leaf_decisions=L]]
 
 The agent is the average-strategy network of checkpoint N of the run (the latest by
 default). The config is rebuilt from RUN/config.json. The deal is game G of the shared

@@ -32,6 +32,19 @@ t of world d every candidate's lane draws the same random words (keyed by (d, t)
 by the candidate), so the margins of two candidates differ by what their action changed,
 not by the luck of their rollouts.
 
+Rollouts cut at a learned value, optional (`leaf_decisions` L > 0): every rollout stops at
+the searcher's first decision at least L decisions after the candidate (the network is
+trained at its player's own decisions) and the world's leaf is valued by the run's
+history value network (the one the traversal's value leaves read,
+`lc_cfr.traversal.lockstep`), as sum_a sigma(a) Q(h, a) for the rollout's own policy
+sigma at the leaf (the blueprint's most probable action when greedy): Monte Carlo search
+with a learned leaf evaluation, as in AlphaGo's rollouts-and-value mix (Silver et al.
+2016) and the depth-limited search of Brown, Sandholm and Amos 2018 ("Depth-Limited
+Solving for Imperfect-Information Games").
+The network sees the whole position but the deck's order, so a world's leaf value
+averages the draws to come where a rollout plays one of them, and a decision costs
+about L / (decisions left) of a full rollout's.
+
 Vectorised: the k x D rollouts are lanes of one `lax.while_loop` that takes one decision
 in every lane per step (all lanes start at the same phase, so one network serves them);
 `search` is a pure function of one game and is vmapped over games by its callers
@@ -55,9 +68,13 @@ from lc_cfr.bots import check_bot_name, jax_bots
 from lc_cfr.game import determinize, engine, moves, rng
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
+from lc_cfr.traversal import api as traversal_api
 from lc_cfr.traversal import policy as pol
 
 Blueprint = Callable[[engine.State, jax.Array], jax.Array]
+# (states [B], sigma [B, A] the rollout's policy at them, player []) -> [B] float32 the
+# positions' values for `player`, points (`value_leaf`).
+LeafValue = Callable[[engine.State, jax.Array, jax.Array], jax.Array]
 
 # How the blueprint plays the rollouts: its most probable action, or a draw from it.
 ROLLOUT_MODES = ("greedy", "sampled")
@@ -90,6 +107,9 @@ class SearchOptions(NamedTuple):
     # the model lowers the power below evidence_weight as far as needed to keep the
     # pool's effective worlds at min_effective_share * D or more (`tempered_weight`); 0 = off
     min_effective_share: float = 0.5
+    # L: rollout decisions after the candidate before the run's value network values the
+    # world's leaf (`value_leaf`); 0 = every rollout plays to the end of the game
+    leaf_decisions: int = 0
 
 
 def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--search_") -> None:
@@ -117,6 +137,11 @@ def check_options(options: SearchOptions, rules: Rules, *, prefix: str = "--sear
     share = options.min_effective_share
     if not isinstance(share, int | float) or isinstance(share, bool) or not 0 <= share <= 1:
         raise ValueError(f"{prefix}min_effective_share must be a number in [0, 1], got {share!r}")
+    leaf = options.leaf_decisions
+    if not isinstance(leaf, int) or isinstance(leaf, bool) or leaf < 0:
+        raise ValueError(
+            f"{prefix}leaf_decisions must be an int >= 0 (0 = rollouts to the end), got {leaf!r}"
+        )
     if options.rollout not in ROLLOUT_MODES:
         raise ValueError(
             f"{prefix}rollout must be one of {list(ROLLOUT_MODES)}, got {options.rollout!r}"
@@ -189,6 +214,13 @@ def define_flags(flag_values=None) -> dict:
             "worlds are worth at least this share of D independent ones (0 = never).",
             **where,
         ),
+        "leaf_decisions": flags.DEFINE_integer(
+            "search_leaf_decisions",
+            default.leaf_decisions,
+            "Search: rollout decisions before the run's value network values the leaf "
+            "(0 = rollouts to the end of the game).",
+            **where,
+        ),
     }
 
 
@@ -258,6 +290,55 @@ def bot_blueprint(rules: Rules, name: str) -> Blueprint:
         return (actions[:, None] == jnp.arange(rules.num_actions)).astype(jnp.float32)
 
     return blueprint
+
+
+class WithValue(NamedTuple):
+    """A blueprint's parameters with the run's value network, as a search that cuts its
+    rollouts (`leaf_decisions` > 0) reads them (`with_value`)."""
+
+    blueprint: Any  # the view's parameters, as `network_blueprint` reads them
+    value: Any  # the history value network's flax params
+    utility_scale: jax.Array  # [] float32 points per unit of the value network's output
+
+
+def with_value(
+    options: SearchOptions,
+    params: Any,
+    value: Any,
+    utility_scale: float,
+    *,
+    prefix: str = "--search_",
+) -> Any:
+    """`params` as a search with `options` reads them: with the value network when it cuts
+    its rollouts, else unchanged. Raises ValueError naming the option when it cuts them
+    and `value` is None (a run trained without a value network, or a bot blueprint)."""
+    if not options.leaf_decisions:
+        return params
+    if value is None:
+        raise ValueError(
+            f"{prefix}leaf_decisions={options.leaf_decisions} values the leaves with the "
+            "run's value network and there is none here (a run trained without value "
+            "leaves, a checkpoint exported before agents kept it, or a bot blueprint); "
+            f"{prefix}leaf_decisions=0 plays the rollouts to the end"
+        )
+    return WithValue(params, value, jnp.float32(utility_scale))
+
+
+def value_leaf(rules: Rules, spec: mlp.NetworkSpec, value: Any, utility_scale) -> LeafValue:
+    """The run's history value network as a search's leaf value: sum_a sigma(a) Q(h, a)
+    in points, h the position as `player` sees it with the whole of the opponent's hand
+    and without the deck's order (`engine.observe_history`), read as the traversal reads
+    its value leaves (`pol.node_regrets`). `spec` is the policy networks' shape; the
+    value network has it over the history features (`traversal.api.value_spec`)."""
+    shape = traversal_api.value_spec(rules, spec)
+
+    def leaf(states: engine.State, sigma: jax.Array, player) -> jax.Array:
+        history = jax.vmap(engine.observe_history, in_axes=(None, 0, None))(rules, states, player)
+        mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
+        q = mlp.masked_advantages(mlp.apply(shape, value, history), mask)
+        return jax.vmap(pol.node_regrets)(sigma, q, mask)[0] * utility_scale
+
+    return leaf
 
 
 # ----- the search --------------------------------------------------------------------
@@ -491,9 +572,12 @@ def rollout_margins(
     game,
     decision,
     worlds: engine.State | None = None,
+    leaf: LeafValue | None = None,
 ) -> jax.Array:
     """[K, D] float32: each of `actions` [K] played in D worlds and the games finished by
-    the blueprint, the final margins of `state`'s player to move.
+    the blueprint, the final margins of `state`'s player to move; with `leaf_decisions`
+    L > 0 a game not over by then stops at that player's first decision at least L
+    rollout decisions on, and `leaf` values it.
 
     Random numbers: the worlds are `worlds` [D] or else `draw_worlds`; rollout decision t
     of world d draws random_bits(seed, decision, game, d * span + t, purpose) for
@@ -510,27 +594,59 @@ def rollout_margins(
     lanes = jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, lanes, first)
     world = jnp.tile(jnp.arange(d, dtype=jnp.uint32), k)  # [K * D]
     span = jnp.uint32(rollout_span(rules))
+    player = state.current_player
+    cut = options.leaf_decisions
+    if cut and leaf is None:
+        raise ValueError("rollout_margins: leaf_decisions > 0 needs a leaf value (`value_leaf`)")
 
-    def unfinished(carry):
-        states, _ = carry
-        return jnp.any(~states.terminal)
+    def at_leaf(states, t):
+        # The value network is trained at its player's own decisions (the traverser's).
+        return (t >= cut) & (states.current_player == player) & ~states.terminal
 
-    def play(carry):
-        states, t = carry
+    def going(states, t):
+        stopped = at_leaf(states, t) if cut else jnp.zeros_like(states.terminal)
+        return ~states.terminal & ~stopped
+
+    def policy(states, t):
+        """The rollout's sigma [K * D, A] at rollout decision t: the blueprint's most
+        probable legal action (greedy) or its distribution (sampled)."""
         counter = world * span + t.astype(jnp.uint32)
         noise = rng.random_bits(seed, decision, game, counter, rng.Purpose.SEARCH_NOISE)
         probs = blueprint(states, noise)
         mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
         if options.rollout == "greedy":
-            chosen = jnp.argmax(jnp.where(mask, probs, -1.0), axis=-1).astype(jnp.int32)
+            best = jnp.argmax(jnp.where(mask, probs, -1.0), axis=-1)
+            return jax.nn.one_hot(best, rules.num_actions, dtype=jnp.float32), mask, counter
+        return jnp.where(mask, probs, 0.0), mask, counter
+
+    def unfinished(carry):
+        states, t = carry
+        return jnp.any(going(states, t))
+
+    def play(carry):
+        states, t = carry
+        sigma, mask, counter = policy(states, t)
+        if options.rollout == "greedy":
+            chosen = jnp.argmax(sigma, axis=-1).astype(jnp.int32)
         else:
             bits = rng.random_bits(seed, decision, game, counter, rng.Purpose.SEARCH_ROLLOUT)
-            chosen = jax.vmap(pol.sample_action)(probs, mask, bits)
-        return jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, states, chosen), t + 1
+            chosen = jax.vmap(pol.sample_action)(sigma, mask, bits)
+        stepped = jax.vmap(engine.step, in_axes=(None, 0, 0))(rules, states, chosen)
+        if cut:  # a lane at its leaf waits for the others (lockstep keeps them together)
+            move = going(states, t)
+            stepped = jax.tree.map(
+                lambda new, old: jnp.where(move.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+                stepped,
+                states,
+            )
+        return stepped, t + 1
 
-    final, _ = jax.lax.while_loop(unfinished, play, (lanes, jnp.int32(0)))
-    player = state.current_player
+    final, steps = jax.lax.while_loop(unfinished, play, (lanes, jnp.int32(0)))
     margins = jax.vmap(engine.returns, in_axes=(None, 0))(rules, final)[:, player]
+    if cut:
+        sigma, _, _ = policy(final, steps)
+        valued = leaf(final, sigma, player)
+        margins = jnp.where(at_leaf(final, steps), valued, margins)
     return margins.reshape(k, d)
 
 
@@ -544,6 +660,7 @@ def search(
     game,
     decision,
     history: jax.Array | None = None,
+    leaf: LeafValue | None = None,
 ) -> SearchResult:
     """The search's action at one decision of `state`'s player to move.
 
@@ -557,6 +674,7 @@ def search(
         (`rollout_margins`); a game and decision never searched twice with one seed.
       history: [T] int32 the game's public moves so far (`moves.record`); the opponent
         model reads it, and without the model it may be None.
+      leaf: values the cut rollouts' leaves (`value_leaf`) when `leaf_decisions` > 0.
 
     Returns:
       SearchResult; with k = 1 the action is the blueprint's most probable one.
@@ -572,7 +690,7 @@ def search(
         rules, options, blueprint, state, history, seed, game, decision
     )
     margins = rollout_margins(
-        rules, options, blueprint, state, actions, seed, game, decision, worlds
+        rules, options, blueprint, state, actions, seed, game, decision, worlds, leaf
     )
     legal = jnp.sum(mask, dtype=jnp.float32)
     mixed = (1.0 - PRIOR_UNIFORM_SHARE) * policy[actions] + PRIOR_UNIFORM_SHARE / legal
@@ -602,15 +720,26 @@ def search_named(
     """`search` at one state over a blueprint named as the command lines name it: a view
     (`BLUEPRINT_VIEWS`, of `params` and `spec`; the searcher's moves then leave out the
     draws `draws` excludes, as the raw view's do) or a bot (which draws as the rules
-    allow). Every caller that searches by name (evaluation, the OpenSpiel loop, the
-    terminal and browser games, the benchmark) builds its search here."""
+    allow). With `leaf_decisions` > 0, `params` is `with_value`'s (a view's parameters
+    and the run's value network). Every caller that searches by name (evaluation, the
+    OpenSpiel loop, the terminal and browser games, the benchmark) builds its search
+    here."""
     mask = engine.legal_action_mask(rules, state)
+    leaf = None
+    if options.leaf_decisions:
+        if not isinstance(params, WithValue) or spec is None:
+            raise ValueError(
+                f"--search_leaf_decisions={options.leaf_decisions}: the search over "
+                f"{blueprint} was given no value network (see `with_value`)"
+            )
+        leaf = value_leaf(rules, spec, params.value, params.utility_scale)
+        params = params.blueprint
     if blueprint in BLUEPRINT_VIEWS:
         mask = pol.restrict_draws(rules, state, mask, draws)
         policy = network_blueprint(rules, spec, blueprint, params, fallback=fallback, draws=draws)
     else:
         policy = bot_blueprint(rules, blueprint)
-    return search(rules, options, policy, state, mask, seed, game, decision, history)
+    return search(rules, options, policy, state, mask, seed, game, decision, history, leaf)
 
 
 @functools.cache

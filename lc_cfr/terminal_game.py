@@ -23,7 +23,11 @@ from lc_cfr import search as search_lib
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import CARD_PHASE, Rules
 from lc_cfr.nets import mlp
-from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
+from lc_cfr.train.saved_networks import (
+    CheckpointNotFoundError,
+    load_saved_networks,
+    value_network,
+)
 from lc_cfr.traversal import policy as pol
 
 COLOR_NAMES = ("yellow", "blue", "white", "green", "red", "purple")
@@ -124,6 +128,17 @@ class Game:
         self._policy = jax.jit(policy)
         self._search = None
         self._record = search_lib.jitted_record(rules)  # the public moves a search replays
+        # what the search reads: the strategy network, with the run's value network when
+        # it cuts its rollouts (read once, from the agent's checkpoint)
+        self._search_params = agent.params
+        if search is not None and search.leaf_decisions:
+            try:
+                saved = load_saved_networks(agent.workdir, agent.iteration)
+                self._search_params = search_lib.with_value(
+                    search, agent.params, value_network(saved), saved.config.utility_scale
+                )
+            except (FileNotFoundError, ValueError) as error:
+                raise PlayError(str(error)) from None
         if search is not None:
             self._search = search_lib.jitted_search(
                 rules, search, "average_strategy", spec, "argmax_tiebreak", agent.draws
@@ -397,7 +412,7 @@ class Game:
             if history is None:
                 history = search_lib.empty_history(self.rules)
             found = self._search(
-                self.agent.params,
+                self._search_params,
                 state,
                 np.uint32(seed),
                 np.uint32(deal),

@@ -8,14 +8,15 @@ candidates) the script reports the first call once (compile and one search), the
 median and the 95th percentile of the per-decision seconds, and the median's ratio to the
 blueprint's own decision (one forward and the policy at the same positions, timed in the
 same run). With `--opponent-model blueprint` it also reports the median effective worlds
-of the weighted pool and the median evidence weight the tempering used.
+of the weighted pool and the median evidence weight the tempering used. `--leaf-decisions`
+times rollouts cut after L decisions at the run's value network (0: to the end).
 
 The blueprint is a view of a run (`--workdir`, latest checkpoint unless `--checkpoint`)
 or, without one, a network of the default config's shape with random weights (the cost
 of a search does not depend on the weights, only on how long the rollouts play).
 
     .venv/bin/python scripts/bench_search.py [--workdir RUN] [--determinizations 16,64,256]
-        [--candidates 2,4,0] [--positions 40] [--json out.json]
+        [--candidates 2,4,0] [--leaf-decisions 0,16] [--positions 40] [--json out.json]
 """
 
 from __future__ import annotations
@@ -59,27 +60,34 @@ def _positions(rules, count: int, seed: int) -> list:
     return positions
 
 
-def _blueprint(args, rules):
+def _blueprint(args, rules, cut: bool):
+    """(spec, params, value network or None, utility scale, draws, fallback, where); the
+    value network is read only when some setting cuts its rollouts (`cut`)."""
     if args.workdir:
-        from lc_cfr.train.saved_networks import load_saved_networks
+        from lc_cfr.train.saved_networks import load_saved_networks, value_network
 
         networks = load_saved_networks(args.workdir, args.checkpoint)
         params = networks.policy_views()[args.view]
+        value = value_network(networks) if cut else None
+        scale = networks.config.utility_scale
         draws = networks.config.draws
         fallback = networks.config.regret_matching.all_negative_fallback
         spec, where = networks.spec, f"checkpoint {networks.iteration} of {args.workdir}"
     else:
         from lc_cfr.nets import mlp
         from lc_cfr.train.setup import spec_from_config
+        from lc_cfr.traversal.api import value_spec
 
         config = bench_common.load_config("configs/default.py")
         spec = spec_from_config(config, rules)
         params = mlp.init_params(spec, jax.random.PRNGKey(0))
         if args.view == "current":
             params = (params, mlp.init_params(spec, jax.random.PRNGKey(1)))
+        value = mlp.init_params(value_spec(rules, spec), jax.random.PRNGKey(2))
+        scale = config.utility_scale
         draws, fallback = config.draws, "argmax_tiebreak"
         where = "random weights, the default config's shape"
-    return spec, params, draws, fallback, where
+    return spec, params, value, scale, draws, fallback, where
 
 
 def _time(fn, positions) -> tuple[list[float], list]:
@@ -109,6 +117,9 @@ def main() -> None:
     parser.add_argument(
         "--min-effective-share", type=float, default=search.SearchOptions().min_effective_share
     )
+    parser.add_argument(
+        "--leaf-decisions", default="0", help="L: rollouts cut at the value network (0: none)"
+    )
     parser.add_argument("--positions", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
@@ -122,7 +133,8 @@ def main() -> None:
         from lc_cfr.train.saved_networks import load_saved_networks
 
         rules = load_saved_networks(args.workdir, args.checkpoint).rules
-    spec, params, draws, fallback, where = _blueprint(args, rules)
+    leaves = [int(x) for x in args.leaf_decisions.split(",")]
+    spec, params, value, scale, draws, fallback, where = _blueprint(args, rules, any(leaves))
     blueprint = search.network_blueprint(
         rules, spec, args.view, params, fallback=fallback, draws=draws
     )
@@ -142,62 +154,73 @@ def main() -> None:
     print(f"blueprint: {args.view} of {where}; {len(positions)} positions")
     print(f"the blueprint's own decision: {base * 1e3:.3f} ms (median)")
     print(
-        f"{'D':>5} {'k':>4} {'first s':>10} {'median ms':>10} {'p95 ms':>10} {'x own':>9} "
+        f"{'D':>5} {'k':>4} {'L':>4} {'first s':>10} {'median ms':>10} {'p95 ms':>10} {'x own':>9} "
         f"{'eff worlds':>10} {'e used':>8}"
     )
     rows = []
-    for d in (int(x) for x in args.determinizations.split(",")):
-        for k in (int(x) for x in args.candidates.split(",")):
-            options = search.SearchOptions(d, k, args.prior_weight, args.rollout)
-            options = options._replace(
-                opponent_model=args.opponent_model,
-                world_pool=args.world_pool,
-                evidence_weight=args.evidence_weight,
-                min_effective_share=args.min_effective_share,
-            )
+    grid = [
+        (int(d), int(k), leaf)
+        for d in args.determinizations.split(",")
+        for k in args.candidates.split(",")
+        for leaf in leaves
+    ]
+    for d, k, leaf in grid:
+        options = search.SearchOptions(d, k, args.prior_weight, args.rollout)
+        options = options._replace(
+            opponent_model=args.opponent_model,
+            world_pool=args.world_pool,
+            evidence_weight=args.evidence_weight,
+            min_effective_share=args.min_effective_share,
+            leaf_decisions=leaf,
+        )
+        try:
             search.check_options(options, rules, prefix="--")
+            read = search.with_value(options, params, value, scale, prefix="--")
+        except ValueError as error:
+            raise SystemExit(str(error)) from error
 
-            def one(state, history, options=options):
-                found = search.search_named(
-                    rules,
-                    options,
-                    args.view,
-                    params,
-                    state,
-                    args.seed,
-                    0,
-                    engine.decision_index(state),
-                    history,
-                    spec=spec,
-                    fallback=fallback,
-                    draws=draws,
-                )
-                return found.action, found.effective_worlds, found.evidence_weight
+        def one(state, history, options=options, read=read):
+            found = search.search_named(
+                rules,
+                options,
+                args.view,
+                read,
+                state,
+                args.seed,
+                0,
+                engine.decision_index(state),
+                history,
+                spec=spec,
+                fallback=fallback,
+                draws=draws,
+            )
+            return found.action, found.effective_worlds, found.evidence_weight
 
-            fn = jax.jit(one)
-            start = time.perf_counter()
-            jax.block_until_ready(fn(*positions[0]))
-            compile_seconds = time.perf_counter() - start
-            seconds, results = _time(fn, positions)
-            median, p95 = float(np.median(seconds)), float(np.percentile(seconds, 95))
-            weighed = np.array([result[1:] for result in results], np.float64)
-            rows.append(
-                {
-                    "determinizations": d,
-                    "candidates": k,
-                    "compile_seconds": compile_seconds,
-                    "median_seconds": median,
-                    "p95_seconds": p95,
-                    "ratio_to_blueprint": median / base,
-                    "effective_worlds_median": float(np.median(weighed[:, 0])),
-                    "evidence_weight_median": float(np.median(weighed[:, 1])),
-                }
-            )
-            print(
-                f"{d:>5} {k or 'all':>4} {compile_seconds:>10.1f} {median * 1e3:>10.1f} "
-                f"{p95 * 1e3:>10.1f} {median / base:>9.0f} {np.median(weighed[:, 0]):>10.1f} "
-                f"{np.median(weighed[:, 1]):>8.3f}"
-            )
+        fn = jax.jit(one)
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*positions[0]))
+        compile_seconds = time.perf_counter() - start
+        seconds, results = _time(fn, positions)
+        median, p95 = float(np.median(seconds)), float(np.percentile(seconds, 95))
+        weighed = np.array([result[1:] for result in results], np.float64)
+        rows.append(
+            {
+                "determinizations": d,
+                "candidates": k,
+                "leaf_decisions": leaf,
+                "compile_seconds": compile_seconds,
+                "median_seconds": median,
+                "p95_seconds": p95,
+                "ratio_to_blueprint": median / base,
+                "effective_worlds_median": float(np.median(weighed[:, 0])),
+                "evidence_weight_median": float(np.median(weighed[:, 1])),
+            }
+        )
+        print(
+            f"{d:>5} {k or 'all':>4} {leaf:>4} {compile_seconds:>10.1f} {median * 1e3:>10.1f} "
+            f"{p95 * 1e3:>10.1f} {median / base:>9.0f} {np.median(weighed[:, 0]):>10.1f} "
+            f"{np.median(weighed[:, 1]):>8.3f}"
+        )
     if args.json:
         document = {
             "command": " ".join(sys.argv),

@@ -5,8 +5,9 @@ mostly the same moves, so their margins are strongly correlated and the differen
 two independent means (each +- 1.2 points over 500 deals against `safe_heuristic`)
 hides effects of a few points that the per-deal difference shows. For each setting
 (`raw` is the blueprint's own greedy play, the blueprint a run's view or, with `--agent`,
-a bot; `D:k:c[:z[:rollout]]` a search with D worlds, k
-candidates (0 = all), prior weight c and stderr weight z; a suffix `@P[:e]` adds the
+a bot; `D:k:c[:z[:rollout[:L]]]` a search with D worlds, k
+candidates (0 = all), prior weight c, stderr weight z and rollouts cut after L decisions
+at the run's value network (0, the default: played to the end); a suffix `@P[:e]` adds the
 opponent model, P * D worlds weighted by the blueprint's likelihood of the opponent's
 moves to the power e, 1 by default, tempered to keep s * D effective worlds, s 0.5 by
 default) the script plays `--games` games against
@@ -15,7 +16,8 @@ error and the mean per-deal difference to the first setting +- its standard erro
 (a deal's margin: the mean of its two seats), with the seconds each took.
 
     .venv/bin/python scripts/search_pairs.py --workdir RUN [--checkpoint N] \\
-        --settings raw,16:4:2,16:4:0.5,16:0:2,16:0:2@4 [--opponent safe_heuristic] \\
+        --settings raw,16:4:2,16:4:0.5,16:0:2,16:0:2@4,16:4:2:0:greedy:16 \
+        [--opponent safe_heuristic] \\
         [--games 200] [--seed 20261130] [--lanes L] [--json out.json]
     .venv/bin/python scripts/search_pairs.py --agent safe_heuristic --settings raw,16:4:2,16:4:2@4
 """
@@ -37,26 +39,32 @@ from lc_cfr import search as search_lib  # noqa: E402
 from lc_cfr.bots import check_bot_name  # noqa: E402
 from lc_cfr.eval import games as eval_games  # noqa: E402
 from lc_cfr.game.rules import Rules  # noqa: E402
-from lc_cfr.train.saved_networks import load_saved_networks  # noqa: E402
+from lc_cfr.train.saved_networks import load_saved_networks, value_network  # noqa: E402
 
 RAW = "raw"
 
 
 def parse_setting(text: str) -> search_lib.SearchOptions | None:
-    """None for `raw`, else the SearchOptions of `D:k:c[:z[:rollout]][@P[:e[:s]]]` (P the
-    world pool, e the evidence weight, s the minimum effective share); SystemExit naming
-    it."""
+    """None for `raw`, else the SearchOptions of `D:k:c[:z[:rollout[:L]]][@P[:e[:s]]]` (L
+    the leaf decisions, P the world pool, e the evidence weight, s the minimum effective
+    share); SystemExit naming it."""
     if text == RAW:
         return None
     text_search, _, model = text.partition("@")
     parts = text_search.split(":")
     try:
-        if len(parts) not in (3, 4, 5):
-            raise ValueError("expected D:k:c, D:k:c:z or D:k:c:z:rollout")
+        if len(parts) not in (3, 4, 5, 6):
+            raise ValueError("expected D:k:c, D:k:c:z, D:k:c:z:rollout or D:k:c:z:rollout:L")
         z = float(parts[3]) if len(parts) > 3 else 0.0
-        rollout = parts[4] if len(parts) == 5 else "greedy"
+        rollout = parts[4] if len(parts) > 4 else "greedy"
+        leaf = int(parts[5]) if len(parts) > 5 else 0
         options = search_lib.SearchOptions(
-            int(parts[0]), int(parts[1]), float(parts[2]), rollout, stderr_weight=z
+            int(parts[0]),
+            int(parts[1]),
+            float(parts[2]),
+            rollout,
+            stderr_weight=z,
+            leaf_decisions=leaf,
         )
         if model:
             pool, _, rest = model.partition(":")
@@ -90,7 +98,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=int, default=None, help="default: the latest")
     parser.add_argument("--view", default="average_strategy", help="the blueprint view")
     parser.add_argument(
-        "--settings", default="raw,16:4:2", help="raw or D:k:c[:z[:rollout]][@P[:e]]"
+        "--settings", default="raw,16:4:2", help="raw or D:k:c[:z[:rollout[:L]]][@P[:e]]"
     )
     parser.add_argument("--opponent", default="safe_heuristic")
     parser.add_argument("--games", type=int, default=200, help="even: games / 2 deals")
@@ -114,6 +122,11 @@ def main() -> None:
         def agent_of(option):
             return eval_games.bot_agent(args.agent, "--agent", search=option)
 
+        def params_of(option):
+            if option is None:
+                return None
+            return search_lib.with_value(option, None, None, 1.0, prefix="--settings ")
+
     else:
         saved = load_saved_networks(args.workdir, args.checkpoint)
         rules, spec, iteration = saved.rules, saved.spec, saved.iteration
@@ -126,10 +139,20 @@ def main() -> None:
         def agent_of(option):
             return eval_games.network_agent(args.view, "greedy", fallback, draws, search=option)
 
+        cut = any(option is not None and option.leaf_decisions for option in options)
+        value = value_network(saved) if cut else None
+
+        def params_of(option):
+            if option is None:
+                return params
+            scale = saved.config.utility_scale
+            return search_lib.with_value(option, params, value, scale, prefix="--settings ")
+
     for option in options:
         if option is not None:
             try:
                 search_lib.check_options(option, rules, prefix="--settings ")
+                params_of(option)
             except ValueError as error:
                 raise SystemExit(str(error)) from error
 
@@ -142,7 +165,7 @@ def main() -> None:
             spec,
             agent,
             args.opponent,
-            params,
+            params_of(option),
             games=args.games,
             seed=args.seed,
             lanes=args.lanes,

@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tarfile
 
 import chex
 import jax
@@ -234,3 +235,19 @@ def test_search_agent_plays_its_blueprint_with_one_candidate_and_refuses_bad_fla
     bad = _play(f"--workdir={run_dir}", "--search", "--search_determinizations=0", stdin="q\n")
     assert bad.returncode == 1 and "--search_determinizations" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_search_cut_at_the_value_network_plays_and_needs_one(run_dir, tmp_path):
+    """--search_leaf_decisions: the agent of a run with a value network (a checkpoint of
+    the older layout, its value network in the state item) plays a whole game with cut
+    rollouts; a run without one is refused with one line naming the flag."""
+    fixture = ROOT / "tests" / "fixtures" / "run_ca193c0_value_sd.tar.gz"
+    with tarfile.open(fixture) as archive:
+        archive.extractall(tmp_path, filter="data")
+    cut = search.SearchOptions(determinizations=2, candidates=2, leaf_decisions=2)
+    game = terminal_game.Game(terminal_game.load_agent(tmp_path), search=cut)
+    out = io.StringIO()
+    assert game.play(infile=io.StringIO("1\n" * 200), outfile=out, human=1, deal=4, seed=2) == 0
+    assert "Game over:" in out.getvalue()
+    with pytest.raises(terminal_game.PlayError, match="--search_leaf_decisions"):
+        terminal_game.Game(terminal_game.load_agent(run_dir), search=cut)

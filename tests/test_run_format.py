@@ -18,7 +18,9 @@ import chex
 import pytest
 from config_helpers import default_config
 
+from lc_cfr.export import export_agent
 from lc_cfr.train import Trainer, run_format
+from lc_cfr.train.saved_networks import load_saved_networks, value_network
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 _spec = importlib.util.spec_from_file_location("make_runs", FIXTURES / "make_runs.py")
@@ -60,6 +62,24 @@ def test_a_run_saved_before_the_split_resumes_bit_for_bit(tmp_path, name):
     kept = [key for key in old[0] if not key.startswith(REDEFINED)]
     assert {key: old[0][key] for key in kept} == {key: today[0][key] for key in kept}
     assert old[1:] == today[1:]
+    if whole.value_params is not None:  # today's checkpoints keep it beside the networks
+        chex.assert_trees_all_equal(load_saved_networks(saved).value, whole.value_params)
+
+
+def test_an_old_checkpoint_gives_its_value_network_from_its_state(tmp_path):
+    """Checkpoints before 2026-12-07 hold the value network in their state item, not
+    their networks item: `value_network` reads it there, as the trainer restores it, and
+    an agent exported from one carries it in its networks."""
+    saved = tmp_path / "saved"
+    with tarfile.open(FIXTURES / "run_ca193c0_value_sd.tar.gz") as archive:
+        archive.extractall(saved, filter="data")
+    networks = load_saved_networks(saved)
+    assert networks.value is None  # the networks item predates it
+    config = make_runs.config_of(default_config, make_runs.RUNS["value_sd"], iterations=1)
+    state, _ = Trainer(config, saved).restore()
+    chex.assert_trees_all_equal(value_network(networks), state.value_params)
+    export_agent(saved, tmp_path / "agent")
+    chex.assert_trees_all_equal(load_saved_networks(tmp_path / "agent").value, state.value_params)
 
 
 def test_the_resume_refusal_lists_every_resumable_change(tmp_path):

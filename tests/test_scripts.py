@@ -233,6 +233,11 @@ def test_search_pairs_holds_k1_equal_to_the_raw_blueprint(best_response_run, tmp
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("search_pairs.py", f"--workdir={best_response_run}", "--settings=raw,2:1:0@0")
     assert "--settings world_pool must be an int >= 1" in failure.value.stderr
+    with pytest.raises(subprocess.CalledProcessError) as failure:  # no value network
+        _script(
+            "search_pairs.py", f"--workdir={best_response_run}", "--settings=raw,2:1:0:0:greedy:2"
+        )
+    assert "--settings leaf_decisions=2 values the leaves" in failure.value.stderr
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("search_pairs.py", "--agent=wizard", "--settings=raw,2:1:0")
     assert "--agent" in failure.value.stderr and "wizard" in failure.value.stderr

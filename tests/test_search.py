@@ -212,6 +212,67 @@ def test_search_with_one_candidate_plays_the_blueprint():
     assert records[0].decisions.min() > 4
 
 
+def test_cut_rollouts_stop_at_the_searchers_decision_and_read_the_value_network():
+    """With leaf_decisions L, a rollout stops at the searcher's first decision at least L
+    rollout decisions after the candidate and its margin is the value network's sum_a
+    sigma(a) Q(h, a) there (sigma the greedy rollout's choice, in points); a game over
+    before then keeps its final margin; and an L past every game's end is the plain
+    search, bit for bit. The reference plays each world alone, step by step."""
+    cut, scale, d = 3, 100.0, 4
+    options = search.SearchOptions(determinizations=d, candidates=2, leaf_decisions=cut)
+    params = dyadic_params(jax.random.PRNGKey(5), spec=SPEC)  # one row = a batch's row
+    value = mlp.init_params(search.traversal_api.value_spec(RULES, SPEC), jax.random.PRNGKey(6))
+    guided = search.with_value(options, params, value, scale)
+    blueprint = search.network_blueprint(RULES, SPEC, "average_strategy", params)
+
+    @jax.jit
+    def greedy(world):
+        """The greedy rollout's sigma at one world: one-hot on the blueprint's choice."""
+        probs = blueprint(jax.tree.map(lambda x: x[None], world), jnp.zeros(1, jnp.uint32))
+        mask = engine.legal_action_mask(RULES, world)
+        return jax.nn.one_hot(jnp.argmax(jnp.where(mask, probs[0], -1.0)), RULES.num_actions)
+
+    @jax.jit
+    def leaf(world, sigma, player):
+        one = jax.tree.map(lambda x: x[None], world)
+        return search.value_leaf(RULES, SPEC, value, scale)(one, sigma[None], player)[0]
+
+    def searched(options, read):
+        return jax.jit(
+            lambda s: search.search_named(
+                RULES, options, "average_strategy", read, s, SEED, 2, 7, spec=SPEC
+            )
+        )
+
+    cut_search = searched(options, guided)
+    plain = searched(options._replace(leaf_decisions=0), params)
+    past = searched(options._replace(leaf_decisions=search.rollout_span(RULES)), guided)
+    step = _jitted(RULES)["step"]
+    kinds = collections.Counter()
+    for _, _, states in _random_histories(RULES, deals=3, depths=(1, 9)):
+        state = states[-1]
+        player = int(state.current_player)
+        found, full = cut_search(state), plain(state)
+        np.testing.assert_array_equal(past(state).margins, full.margins)
+        worlds = search.draw_worlds(RULES, d, state, SEED, 2, 7)
+        for j, action in enumerate(np.asarray(found.candidates)):
+            for w in range(d):
+                world = step(jax.tree.map(lambda x, w=w: x[w], worlds), int(action))
+                t = 0
+                while not bool(world.terminal) and (t < cut or int(world.current_player) != player):
+                    world = step(world, int(jnp.argmax(greedy(world))))
+                    t += 1
+                if bool(world.terminal):
+                    expected = float(engine.returns(RULES, world)[player])
+                    assert found.margins[j, w] == full.margins[j, w] == expected
+                    kinds["ended"] += 1
+                else:
+                    expected = float(leaf(world, greedy(world), player))
+                    np.testing.assert_allclose(found.margins[j, w], expected, rtol=1e-5, atol=1e-4)
+                    kinds["cut"] += 1
+    assert kinds["cut"] > 0, kinds
+
+
 def test_the_paired_stderr_prices_noisy_deviations():
     """stderr_weight z takes z standard errors of a candidate's per-world difference to the
     blueprint's first choice off its score: a steady gain in every world costs nothing,
@@ -333,6 +394,7 @@ def test_openspiel_search_player_plays_the_lockstep_games(random_search):
         ({"world_pool": 0}, "--search_world_pool"),
         ({"evidence_weight": -1.0}, "--search_evidence_weight"),
         ({"min_effective_share": 1.5}, "--search_min_effective_share"),
+        ({"leaf_decisions": -1}, "--search_leaf_decisions"),
     ],
 )
 def test_bad_options_name_the_flag(change, flag):
@@ -356,6 +418,8 @@ RULES_FLAG = "n_colors=2,n_ranks=5,n_wagers=1,hand_size=3,bonus_threshold=5,max_
         ({"search_blueprint": "strategy", "agent": None, "workdir": "RUN"}, "--search_blueprint"),
         ({"agent": "openspiel_ismcts"}, "not on an OpenSpiel bot"),
         ({"opponents": "average_strategy"}, "--opponents"),  # head to head needs a run
+        # a bot has no value network to value cut rollouts with
+        ({"search_options": search.SearchOptions(leaf_decisions=8)}, "--search_leaf_decisions"),
     ],
 )
 def test_cli_refuses_bad_search_flags(change, flag):

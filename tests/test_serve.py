@@ -162,6 +162,14 @@ def test_a_move_out_of_turn_is_refused(run_dir):
     assert refused.value.status == 409 and session.decision == game["decision"]
 
 
+def test_search_cut_at_a_value_network_the_run_lacks_fails_at_start(run_dir):
+    """--search_leaf_decisions over a run without a value network: the store refuses at
+    start, naming the flag (lc_cfr.serve prints it as its one line)."""
+    options = search.SearchOptions(leaf_decisions=4)
+    with pytest.raises(ValueError, match="--search_leaf_decisions"):
+        games.GameStore(run_dir, search_options=options)
+
+
 def test_two_games_do_not_interfere_and_hints_cover_the_legal_moves(url):
     _, first = call(url, "POST", "/api/games", {"deal": 7, "seed": 1})
     _, second = call(url, "POST", "/api/games", {"deal": 7, "seed": 1})

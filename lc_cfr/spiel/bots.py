@@ -486,8 +486,12 @@ class SearchPlayer(Player):
         if blueprint in search.BLUEPRINT_VIEWS:
             if spec is None or params is None:
                 raise ValueError(f"a search over the {blueprint} view needs its spec and params")
-            if blueprint == "current":
-                params = tuple(params)
+            if blueprint == "current":  # a list from JSON-like callers; keep a WithValue
+                params = (
+                    params._replace(blueprint=tuple(params.blueprint))
+                    if isinstance(params, search.WithValue)
+                    else tuple(params)
+                )
         elif blueprint not in BOT_NAMES:
             raise ValueError(
                 f"blueprint must be one of {list(search.BLUEPRINT_VIEWS) + list(BOT_NAMES)}, "

@@ -1,8 +1,9 @@
 """Checkpoints of a run on orbax's `CheckpointManager`, with checksums of our own.
 
 `checkpoints/step_<8 digits>/` holds three orbax items: `networks` (the advantage,
-average-strategy and SD-CFR parameters: all that evaluation and play read), `state`
-(optimizer states, memories, league, value network, RNG key) and `meta` (JSON: the
+average-strategy, SD-CFR and history-value parameters: all that evaluation, play and
+search read; steps before 2026-12-07 keep the value network in `state`), `state`
+(optimizer states, memories, league, RNG key) and `meta` (JSON: the
 iteration, counters, the iteration's metrics row and the checksums of `networks`).
 Orbax writes a step under a temporary name and renames it into place when every item is
 on disk, so a crash at any moment leaves the previous complete step, and the newest

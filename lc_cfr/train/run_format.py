@@ -35,7 +35,9 @@ from lc_cfr.memory import reservoir
 from lc_cfr.train import checkpoint
 
 # Trees saved in the checkpoint item `networks` (all that evaluation and play read).
-NETWORK_ITEMS = ("advantage_params", "strategy_params", "sd_advantage")
+# The value network joined them on 2026-12-07 (search values its cut rollouts with it);
+# older checkpoints hold it in the state item (`saved_networks.value_network` reads both).
+NETWORK_ITEMS = ("advantage_params", "strategy_params", "sd_advantage", "value_params")
 
 # Config fields (a prefix ending in "." is a whole block) a resumed run may change, and
 # why: every other field must match the saved config.json.

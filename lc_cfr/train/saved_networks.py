@@ -28,6 +28,7 @@ from lc_cfr.nets import mlp
 from lc_cfr.train import checkpoint
 from lc_cfr.train.run_format import read_run_config, read_tree, strategy_iteration_of
 from lc_cfr.train.setup import rules_from_config, spec_from_config
+from lc_cfr.traversal.api import value_spec
 
 
 class CheckpointNotFoundError(FileNotFoundError):
@@ -48,6 +49,9 @@ class SavedNetworks(NamedTuple):
     # where it reads it (optimization.strategy_train_when='read') and saved in between
     strategy_iteration: int
     snapshots: Snapshots | None  # SD-CFR snapshots; None when sd_cfr.snapshots was 0
+    # the history value network's params where the checkpoint's networks item keeps them
+    # (checkpoints since 2026-12-07 and their exports); `value_network` reads older ones
+    value: Any = None
 
     def policy_views(self) -> dict:
         """{view name: parameters} of every policy view this checkpoint can play."""
@@ -140,6 +144,9 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
             )
             stacks = read_tree(arrays, "sd_advantage", (stack, stack))
             snapshots = Snapshots(stacks, int(meta["sd_count"]))
+        value = None
+        if any(key.startswith("value_params") for key in arrays):
+            value = read_tree(arrays, "value_params", _value_template(rules, spec))
     except (checkpoint.CheckpointMismatch, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path} does not match {config_path}: {error}") from error
     return SavedNetworks(
@@ -152,4 +159,41 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
         strategy=strategy,
         strategy_iteration=strategy_iteration_of(meta),
         snapshots=snapshots,
+        value=value,
     )
+
+
+def _value_template(rules: Rules, spec: mlp.NetworkSpec):
+    """The shapes of the run's history value network (`traversal.api.value_spec`)."""
+    shape = value_spec(rules, spec)
+    return jax.eval_shape(lambda: mlp.init_params(shape, jax.random.PRNGKey(0)))
+
+
+def value_network(saved: SavedNetworks):
+    """The history value network of `saved`'s checkpoint, or None where there is none.
+
+    Checkpoints since 2026-12-07 keep it in their networks item (`saved.value`); older
+    ones in their state item, which is read here (with the memories beside it, then
+    dropped); an agent exported from an older checkpoint, or a run trained without value
+    leaves or baselines, has none.
+
+    Raises:
+        ValueError: the state item is damaged or does not match config.json; names it.
+    """
+    if saved.value is not None:
+        return saved.value
+    store = checkpoint.CheckpointStore(saved.workdir / "checkpoints", read_only=True)
+    try:
+        arrays, _ = store.load(saved.iteration)
+    except checkpoint.NetworksOnly:
+        return None
+    except checkpoint.DamagedCheckpoint as error:
+        raise ValueError(str(error)) from error
+    finally:
+        store.close()
+    if not any(key.startswith("value_params") for key in arrays):
+        return None
+    try:
+        return read_tree(arrays, "value_params", _value_template(saved.rules, saved.spec))
+    except checkpoint.CheckpointMismatch as error:
+        raise ValueError(f"{store.path(saved.iteration)}: {error}") from error

@@ -35,7 +35,11 @@ from lc_cfr.game import rng
 from lc_cfr.game.rules import CARD_PHASE, Rules
 from lc_cfr.nets import mlp
 from lc_cfr.terminal_game import Agent, Game
-from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
+from lc_cfr.train.saved_networks import (
+    CheckpointNotFoundError,
+    load_saved_networks,
+    value_network,
+)
 
 VIEWS = ("average_strategy", "current", "sd_cfr", "search")
 # Games kept at once; the oldest is dropped past it (a local server, a few players).
@@ -82,6 +86,7 @@ class _Session:
     decision: int = 0  # decisions taken (both players)
     log: list = dataclasses.field(default_factory=list)
     history: Any = None  # [T] int32 the public moves (search_lib.jitted_record)
+    search_params: Any = None  # what a search reads (`search_lib.with_value`)
 
 
 class GameStore:
@@ -96,6 +101,8 @@ class GameStore:
         self.fallback = latest.config.regret_matching.all_negative_fallback
         self.search_options = search_options or search_lib.SearchOptions()
         search_lib.check_options(self.search_options, self.rules)
+        latest = self._with_value(latest)
+        self._search_params(latest)  # a search that cuts its rollouts needs the value network
         self._networks = collections.OrderedDict({latest.iteration: latest})
         self.latest = latest.iteration
         self._games: collections.OrderedDict[str, _Session] = collections.OrderedDict()
@@ -145,7 +152,7 @@ class GameStore:
         step = self.latest if step is None else step
         if step not in self._networks:
             try:
-                self._networks[step] = load_saved_networks(self.workdir, step)
+                self._networks[step] = self._with_value(load_saved_networks(self.workdir, step))
             except CheckpointNotFoundError:
                 raise RequestError(404, f"no checkpoint {step} in this run") from None
             except (OSError, ValueError) as error:
@@ -155,6 +162,19 @@ class GameStore:
                 del self._networks[oldest]
         self._networks.move_to_end(step)
         return self._networks[step]
+
+    def _with_value(self, networks):
+        """`networks` with its value network read where the search cuts its rollouts."""
+        if not self.search_options.leaf_decisions:
+            return networks
+        return networks._replace(value=value_network(networks))
+
+    def _search_params(self, networks):
+        """What the search view reads of `networks` (ValueError naming the option where it
+        cuts its rollouts and the checkpoint has no value network)."""
+        return search_lib.with_value(
+            self.search_options, networks.strategy, networks.value, networks.config.utility_scale
+        )
 
     # ----- games ------------------------------------------------------------------------
 
@@ -178,6 +198,12 @@ class GameStore:
             if deal is None:
                 deal = secrets.randbelow(2**31)
             params = networks.strategy if view in ("average_strategy", "search") else None
+            search_params = None
+            if view == "search":
+                try:
+                    search_params = self._search_params(networks)
+                except ValueError as error:
+                    raise RequestError(422, f"checkpoint {networks.iteration}: {error}") from None
             if view == "current":
                 params = tuple(networks.advantage)
             if view == "sd_cfr":
@@ -201,6 +227,7 @@ class GameStore:
                 params,
                 state,
                 history=search_lib.empty_history(self.rules),
+                search_params=search_params,
             )
             self._games[game_id] = session
             while len(self._games) > MAX_GAMES:
@@ -289,7 +316,7 @@ class GameStore:
             )
             game = 2 * session.deal + 1 - session.human  # the evaluation's id: agent's seat
             found = fn(
-                session.params,
+                session.search_params,
                 state,
                 np.uint32(session.seed),
                 np.uint32(game),
