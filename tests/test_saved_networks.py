@@ -187,3 +187,18 @@ def test_the_shipped_agent_loads_with_its_own_fit():
         "uniform",
         "cosine",
     )
+
+
+def test_the_shipped_4096_agent_loads_with_its_value_network():
+    """agents/default_4096_2h (two hours of the 4096-traversal default, exported with its
+    last checkpoint's networks and its value network, agents/README.md): read against
+    their checksums, finite, the value network of the history features' shape, and the
+    config is today's default but for its seed."""
+    from lc_cfr.nets import mlp
+
+    saved = load_saved_networks(ROOT / "agents" / "default_4096_2h")
+    # the clock stopped the run at 103; its average strategy is iteration 100's fit
+    assert (saved.iteration, saved.strategy_iteration) == (103, 100)
+    assert saved.config.traversal.traversals_per_player == 4096 and saved.config.seed == 1
+    assert mlp.all_finite(saved.strategy) and mlp.all_finite(saved.advantage)
+    assert saved.value is not None and mlp.all_finite(saved.value)
