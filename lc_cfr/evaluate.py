@@ -374,19 +374,10 @@ def run_request(request: Request) -> dict:
             )
         if SEARCH in request.views:
             blueprint = request.search_blueprint
-            params = available[blueprint]
-            if request.search.leaf_decisions:
-                from lc_cfr.train.saved_networks import value_network
-
-                try:
-                    params = search_lib.with_value(
-                        request.search,
-                        params,
-                        value_network(networks),
-                        networks.config.utility_scale,
-                    )
-                except ValueError as error:
-                    raise app.UsageError(f"--workdir {request.workdir}: {error}") from None
+            try:
+                params = search_lib.run_params(request.search, available[blueprint], networks)
+            except ValueError as error:
+                raise app.UsageError(f"--workdir {request.workdir}: {error}") from None
             metrics.update(
                 sequential.evaluate_search(
                     spiel_bots,

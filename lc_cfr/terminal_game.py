@@ -23,11 +23,7 @@ from lc_cfr import search as search_lib
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import CARD_PHASE, Rules
 from lc_cfr.nets import mlp
-from lc_cfr.train.saved_networks import (
-    CheckpointNotFoundError,
-    load_saved_networks,
-    value_network,
-)
+from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
 from lc_cfr.traversal import policy as pol
 
 COLOR_NAMES = ("yellow", "blue", "white", "green", "red", "purple")
@@ -134,9 +130,7 @@ class Game:
         if search is not None and search.leaf_decisions:
             try:
                 saved = load_saved_networks(agent.workdir, agent.iteration)
-                self._search_params = search_lib.with_value(
-                    search, agent.params, value_network(saved), saved.config.utility_scale
-                )
+                self._search_params = search_lib.run_params(search, agent.params, saved)
             except (FileNotFoundError, ValueError) as error:
                 raise PlayError(str(error)) from None
         if search is not None:

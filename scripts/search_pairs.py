@@ -16,7 +16,7 @@ error and the mean per-deal difference to the first setting +- its standard erro
 (a deal's margin: the mean of its two seats), with the seconds each took.
 
     .venv/bin/python scripts/search_pairs.py --workdir RUN [--checkpoint N] \\
-        --settings raw,16:4:2,16:4:0.5,16:0:2,16:0:2@4,16:4:2:0:greedy:16 \
+        --settings raw,16:4:2,16:4:0.5,16:0:2,16:0:2@4,16:4:2:0:greedy:16 \\
         [--opponent safe_heuristic] \\
         [--games 200] [--seed 20261130] [--lanes L] [--json out.json]
     .venv/bin/python scripts/search_pairs.py --agent safe_heuristic --settings raw,16:4:2,16:4:2@4
@@ -139,14 +139,13 @@ def main() -> None:
         def agent_of(option):
             return eval_games.network_agent(args.view, "greedy", fallback, draws, search=option)
 
-        cut = any(option is not None and option.leaf_decisions for option in options)
-        value = value_network(saved) if cut else None
+        if any(option is not None and option.leaf_decisions for option in options):
+            saved = saved._replace(value=value_network(saved))  # read once for every setting
 
         def params_of(option):
             if option is None:
                 return params
-            scale = saved.config.utility_scale
-            return search_lib.with_value(option, params, value, scale, prefix="--settings ")
+            return search_lib.run_params(option, params, saved, prefix="--settings ")
 
     for option in options:
         if option is not None:

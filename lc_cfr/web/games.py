@@ -172,9 +172,7 @@ class GameStore:
     def _search_params(self, networks):
         """What the search view reads of `networks` (ValueError naming the option where it
         cuts its rollouts and the checkpoint has no value network)."""
-        return search_lib.with_value(
-            self.search_options, networks.strategy, networks.value, networks.config.utility_scale
-        )
+        return search_lib.run_params(self.search_options, networks.strategy, networks)
 
     # ----- games ------------------------------------------------------------------------
 
