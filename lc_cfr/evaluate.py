@@ -312,7 +312,11 @@ def run_request(request: Request) -> dict:
             document["search"] = _search_document(request.agent, request.search)
         document.update(agent=request.agent, rules=request.rules.to_dict())
     else:
-        from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
+        from lc_cfr.train.saved_networks import (
+            CheckpointNotFoundError,
+            load_saved_networks,
+            search_params,
+        )
 
         try:
             networks = load_saved_networks(request.workdir, request.checkpoint)
@@ -375,7 +379,7 @@ def run_request(request: Request) -> dict:
         if SEARCH in request.views:
             blueprint = request.search_blueprint
             try:
-                params = search_lib.run_params(request.search, available[blueprint], networks)
+                params = search_params(request.search, available[blueprint], networks)
             except ValueError as error:
                 raise app.UsageError(f"--workdir {request.workdir}: {error}") from None
             metrics.update(

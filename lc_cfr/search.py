@@ -324,19 +324,6 @@ def with_value(
     return WithValue(params, value, jnp.float32(utility_scale))
 
 
-def run_params(options: SearchOptions, params: Any, saved, *, prefix: str = "--search_") -> Any:
-    """`with_value` for a view of a saved run (`saved_networks.SavedNetworks`): its value
-    network is read (`saved_networks.value_network`, which reuses `saved.value`) only
-    when the search cuts its rollouts. Raises ValueError as `with_value` does, or naming
-    a damaged checkpoint."""
-    if not options.leaf_decisions:
-        return params
-    from lc_cfr.train.saved_networks import value_network  # a play-time import only
-
-    value, scale = value_network(saved), saved.config.utility_scale
-    return with_value(options, params, value, scale, prefix=prefix)
-
-
 def value_leaf(rules: Rules, spec: mlp.NetworkSpec, value: Any, utility_scale) -> LeafValue:
     """The run's history value network as a search's leaf value: sum_a sigma(a) Q(h, a)
     in points, h the position as `player` sees it with the whole of the opponent's hand

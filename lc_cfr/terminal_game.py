@@ -23,7 +23,11 @@ from lc_cfr import search as search_lib
 from lc_cfr.game import engine, rng
 from lc_cfr.game.rules import CARD_PHASE, Rules
 from lc_cfr.nets import mlp
-from lc_cfr.train.saved_networks import CheckpointNotFoundError, load_saved_networks
+from lc_cfr.train.saved_networks import (
+    CheckpointNotFoundError,
+    load_saved_networks,
+    search_params,
+)
 from lc_cfr.traversal import policy as pol
 
 COLOR_NAMES = ("yellow", "blue", "white", "green", "red", "purple")
@@ -130,7 +134,7 @@ class Game:
         if search is not None and search.leaf_decisions:
             try:
                 saved = load_saved_networks(agent.workdir, agent.iteration)
-                self._search_params = search_lib.run_params(search, agent.params, saved)
+                self._search_params = search_params(search, agent.params, saved)
             except (FileNotFoundError, ValueError) as error:
                 raise PlayError(str(error)) from None
         if search is not None:

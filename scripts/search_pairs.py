@@ -39,7 +39,11 @@ from lc_cfr import search as search_lib  # noqa: E402
 from lc_cfr.bots import check_bot_name  # noqa: E402
 from lc_cfr.eval import games as eval_games  # noqa: E402
 from lc_cfr.game.rules import Rules  # noqa: E402
-from lc_cfr.train.saved_networks import load_saved_networks, value_network  # noqa: E402
+from lc_cfr.train.saved_networks import (  # noqa: E402
+    load_saved_networks,
+    search_params,
+    value_network,
+)
 
 RAW = "raw"
 
@@ -145,7 +149,7 @@ def main() -> None:
         def params_of(option):
             if option is None:
                 return params
-            return search_lib.run_params(option, params, saved, prefix="--settings ")
+            return search_params(option, params, saved, prefix="--settings ")
 
     for option in options:
         if option is not None:

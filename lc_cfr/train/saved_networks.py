@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 
+from lc_cfr import search
 from lc_cfr.eval import SD_CFR, Snapshots
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
@@ -197,3 +198,19 @@ def value_network(saved: SavedNetworks):
         return read_tree(arrays, "value_params", _value_template(saved.rules, saved.spec))
     except checkpoint.CheckpointMismatch as error:
         raise ValueError(f"{store.path(saved.iteration)}: {error}") from error
+
+
+def search_params(
+    options: search.SearchOptions, params: Any, saved: SavedNetworks, *, prefix: str = "--search_"
+) -> Any:
+    """`search.with_value` for a view of `saved`: the value network is read (`value_network`)
+    only when the search cuts its rollouts, so a plain search never opens the state item.
+
+    Raises:
+        ValueError: as `search.with_value` does (no value network, naming the flag with
+            `prefix`), or naming a damaged checkpoint.
+    """
+    if not options.leaf_decisions:
+        return params
+    value, scale = value_network(saved), saved.config.utility_scale
+    return search.with_value(options, params, value, scale, prefix=prefix)

@@ -38,6 +38,7 @@ from lc_cfr.terminal_game import Agent, Game
 from lc_cfr.train.saved_networks import (
     CheckpointNotFoundError,
     load_saved_networks,
+    search_params,
     value_network,
 )
 
@@ -172,7 +173,7 @@ class GameStore:
     def _search_params(self, networks):
         """What the search view reads of `networks` (ValueError naming the option where it
         cuts its rollouts and the checkpoint has no value network)."""
-        return search_lib.run_params(self.search_options, networks.strategy, networks)
+        return search_params(self.search_options, networks.strategy, networks)
 
     # ----- games ------------------------------------------------------------------------
 
