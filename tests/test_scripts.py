@@ -153,7 +153,8 @@ def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path
     assert not all(jax.tree.leaves(jax.tree.map(np.array_equal, agent.strategy, run_strategy)))
     (meta_path,) = (tmp_path / "agent").glob("checkpoints/step_*/meta/metadata")
     meta = json.loads(meta_path.read_text())
-    assert meta["strategy_refit"]["after"] == result["after"]
+    (fit,) = result["fits"]
+    assert meta["strategy_refit"]["after"] == fit["after"]
     assert meta["strategy_refit"]["lr_schedule"] == "cosine"
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("refit_strategy.py", f"--workdir={run}", f"--export={tmp_path / 'agent'}")
@@ -161,11 +162,14 @@ def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path
     assert result["checkpoint"] == 1 and result["memory_rows"] > 0
     assert result["init"] == "scratch" and result["updates"] == 4
     assert result["lr_schedule"] == "cosine"
-    assert set(result["before"]) == set(result["after"]) == {"passive_discard"}
-    assert np.isfinite(result["loss_first"]) and np.isfinite(result["loss_last"])
+    assert set(result["before"]) == set(fit["after"]) == {"passive_discard"}
+    assert np.isfinite(fit["loss_first"]) and np.isfinite(fit["loss_last"])
     with pytest.raises(subprocess.CalledProcessError) as failure:
-        _script("refit_strategy.py", f"--workdir={run}", "--weighting=cubic")
-    assert "--weighting must be one of" in failure.value.stderr
+        _script("refit_strategy.py", f"--workdir={run}", "--weighting=uniform,cubic")
+    assert "--weighting must be one of" in failure.value.stderr and "'cubic'" in failure.value.stderr
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("refit_strategy.py", f"--workdir={run}", "--refit-seed=0,1", "--export=x")
+    assert "--export writes one refit" in failure.value.stderr
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("refit_strategy.py", f"--workdir={run}", "--lr-schedule=cosine", "--init=warm")
     assert "--lr-schedule: a cosine decays over one fit" in failure.value.stderr
