@@ -37,9 +37,9 @@ the searcher's first decision at least L decisions after the candidate (the netw
 trained at its player's own decisions) and the world's leaf is valued by the run's
 history value network (the one the traversal's value leaves read,
 `lc_cfr.traversal.lockstep`), as sum_a sigma(a) Q(h, a) for the rollout's own policy
-sigma at the leaf (the blueprint's most probable action when greedy): Monte Carlo search
-with a learned leaf evaluation, as in AlphaGo's rollouts-and-value mix (Silver et al.
-2016) and the depth-limited search of Brown, Sandholm and Amos 2018 ("Depth-Limited
+sigma at the leaf (the blueprint's greedy action, `policy.greedy_action`, when greedy):
+Monte Carlo search with a learned leaf evaluation, as in AlphaGo's rollouts-and-value mix
+(Silver et al. 2016) and the depth-limited search of Brown, Sandholm and Amos 2018 ("Depth-Limited
 Solving for Imperfect-Information Games").
 The network sees the whole position but the deck's order, so a world's leaf value
 averages the draws to come where a rollout plays one of them, and a decision costs
@@ -76,7 +76,8 @@ Blueprint = Callable[[engine.State, jax.Array], jax.Array]
 # positions' values for `player`, points (`value_leaf`).
 LeafValue = Callable[[engine.State, jax.Array, jax.Array], jax.Array]
 
-# How the blueprint plays the rollouts: its most probable action, or a draw from it.
+# How the blueprint plays the rollouts: its greedy action (`policy.greedy_action`) or a
+# draw from it.
 ROLLOUT_MODES = ("greedy", "sampled")
 # Blueprint views of a trained run that search may stand on.
 BLUEPRINT_VIEWS = ("average_strategy", "current")
@@ -348,7 +349,7 @@ class SearchResult(NamedTuple):
     """One search's answer (K candidate slots, D worlds, A actions)."""
 
     action: jax.Array  # [] int32 the action chosen
-    candidates: jax.Array  # [K] int32 the actions tried, most probable first
+    candidates: jax.Array  # [K] int32 the actions tried, the greedy one first
     tried: jax.Array  # [K] bool the slot holds a legal action (k may exceed the legal count)
     margins: jax.Array  # [K, D] float32 the searcher's final margin in each world, points
     scores: jax.Array  # [K] float32 mean margin + c log pi'(a) - z stderr; -inf where not tried
@@ -362,17 +363,21 @@ def rollout_span(rules: Rules) -> int:
     return 2 * rules.max_turns + 2
 
 
-def candidates(policy: jax.Array, mask: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
-    """The `count` most probable legal actions (the lowest index first among ties, as a
-    greedy agent breaks them) and whether each slot holds one."""
+def candidates(
+    policy: jax.Array, mask: jax.Array, count: int, n_piles: int
+) -> tuple[jax.Array, jax.Array]:
+    """The blueprint's greedy action (`policy.greedy_action`, so that k = 1 plays as the
+    blueprint does) and then the most probable other legal actions (the lowest index
+    first among ties), `count` in all, and whether each slot holds one."""
     key = jnp.where(mask, policy, -1.0)
+    key = key.at[pol.greedy_action(policy, mask, n_piles)].set(2.0)  # above every probability
     order = jnp.argsort(-key, stable=True)[:count].astype(jnp.int32)
     return order, jnp.arange(count) < jnp.sum(mask)
 
 
 def paired_stderr(margins: jax.Array) -> jax.Array:
     """[K] float32: the standard error of each candidate's mean margin difference to the
-    first candidate's (the blueprint's most probable action), over the D worlds; 0 for the
+    first candidate's (the blueprint's greedy action), over the D worlds; 0 for the
     first and with one world.
 
     With common random numbers the worlds' differences are paired, so this measures the
@@ -615,7 +620,7 @@ def rollout_margins(
         probs = blueprint(states, noise)
         mask = jax.vmap(engine.legal_action_mask, in_axes=(None, 0))(rules, states)
         if options.rollout == "greedy":
-            best = jnp.argmax(jnp.where(mask, probs, -1.0), axis=-1)
+            best = jax.vmap(pol.greedy_action, in_axes=(0, 0, None))(probs, mask, rules.n_colors)
             return jax.nn.one_hot(best, rules.num_actions, dtype=jnp.float32), mask, counter
         return jnp.where(mask, probs, 0.0), mask, counter
 
@@ -677,14 +682,14 @@ def search(
       leaf: values the cut rollouts' leaves (`value_leaf`) when `leaf_decisions` > 0.
 
     Returns:
-      SearchResult; with k = 1 the action is the blueprint's most probable one.
+      SearchResult; with k = 1 the action is the blueprint's greedy one.
     """
     k = width(options, rules)
     # The root's noise word lies past every world's rollout counters.
     root = jnp.uint32(options.determinizations * rollout_span(rules))
     words = rng.random_bits(seed, decision, game, root, rng.Purpose.SEARCH_NOISE)
     policy = jnp.where(mask, blueprint(jax.tree.map(lambda x: x[None], state), words[None])[0], 0)
-    actions, tried = candidates(policy, mask, k)
+    actions, tried = candidates(policy, mask, k, rules.n_colors)
     actions = jnp.where(tried, actions, actions[0])  # slots past the legal ones repeat one
     worlds, effective, power = searched_worlds(
         rules, options, blueprint, state, history, seed, game, decision

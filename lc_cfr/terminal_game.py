@@ -425,8 +425,11 @@ class Game:
         if not np.isfinite(weights).all() or weights.sum() <= 0:
             weights = np.ones(len(legal))  # cannot happen with a finite network; stay legal
         weights = weights / weights.sum()
-        if self.mode == "greedy":
-            index = int(np.argmax(weights))
+        if self.mode == "greedy":  # as the vectorised evaluation plays it
+            greedy = pol.greedy_action(
+                probs.astype(np.float32), np.asarray(mask, bool), self.rules.n_colors
+            )
+            index = int(np.searchsorted(legal, int(greedy)))
         else:
             bits = rng.random_bits_py(seed, 0, deal, decision, rng.Purpose.OPPONENT)
             u = (bits >> 8) * 2.0**-24

@@ -146,7 +146,7 @@ def main() -> None:
     def own(state, history):
         del history  # the blueprint reads the state only
         probs = blueprint(jax.tree.map(lambda x: x[None], state), jnp.zeros((1,), jnp.uint32))
-        return jnp.argmax(jnp.where(mask_of(state), probs[0], -1.0))
+        return pol.greedy_action(probs[0], mask_of(state), rules.n_colors)
 
     own = jax.jit(own)
     jax.block_until_ready(own(*positions[0]))

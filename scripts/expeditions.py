@@ -16,8 +16,8 @@ that would open one more are masked; section 30).
         [--opponent passive_discard] [--deals 100] [--checkpoint N] [--json out.json]
         [--agent-bot safe_heuristic] [--max-expeditions 4]
 
-Greedy play of the view, as the evaluator plays it: the average strategy's most probable
-action, the current policy's regret-matching argmax. Deals are `engine.init(rules, 7, g)`.
+Greedy play of the view, as the evaluator plays it (`policy.greedy_action` of the average
+strategy's or the current policy's distribution). Deals are `engine.init(rules, 7, g)`.
 """
 
 from __future__ import annotations
@@ -89,10 +89,10 @@ def play(
         mask = mask.at[:hand].set(mask[:hand] & ~(capped & _opening_plays(rules, state, me)))
         raw = mlp.apply(spec, params, obs[None])[0]
         if view == "current":
-            scores = pol.regret_matching(raw, mask, fallback="argmax_tiebreak")
+            probs = pol.regret_matching(raw, mask, fallback="argmax_tiebreak")
         else:
-            scores = jnp.where(mask, raw, -jnp.inf)  # logits: the most probable action
-        return jnp.argmax(jnp.where(mask, scores, -jnp.inf))
+            probs = mlp.masked_policy(raw, mask)
+        return pol.greedy_action(probs, mask, rules.n_colors)
 
     step = jax.jit(lambda state, action: engine.step(rules, state, action))
     bot = jax.jit(lambda state, g, d: bot_action(rules, opponent, state, 0, 0, g, d))

@@ -87,6 +87,23 @@ def _kept_draws(state, draws: str) -> np.ndarray:
     return kept
 
 
+def _greedy(probs, mask) -> int:
+    """`policy.greedy_action` written out in numpy: the most probable legal action (lowest
+    index among ties) but, at a draw decision, the most probable pile when the piles'
+    total (a float32 sum in action order) is above the deck's probability."""
+    probs, mask = np.asarray(probs, np.float32), np.asarray(mask, bool)
+    legal = np.flatnonzero(mask)
+    deck = RULES.draw_deck_action
+    piles = [a for a in legal if a > deck]
+    if mask[deck] and piles:
+        total = np.float32(0.0)
+        for a in piles:
+            total = np.float32(total + probs[a])
+        if total > probs[deck]:
+            return int(max(piles, key=lambda a: (probs[a], -a)))
+    return int(max(legal, key=lambda a: (probs[a], -a)))
+
+
 def _network_policy(view, params, fallback, draws="any"):
     """A reference agent: (state, player, game id, decision, seed, mode) -> action."""
     fn = _single(RULES)
@@ -103,8 +120,7 @@ def _network_policy(view, params, fallback, draws="any"):
         else:
             probs = pol.regret_matching(mlp.masked_advantages(raw, mask), mask, fallback=fallback)
         if mode == "greedy":
-            probs, legal = np.asarray(probs), np.flatnonzero(np.asarray(mask))
-            return int(max(legal, key=lambda a: (probs[a], -a)))  # lowest index wins ties
+            return _greedy(probs, mask)
         bits = rng.random_bits(seed, 0, game_id, decision, rng.Purpose.SAMPLE)
         return int(pol.sample_action(probs, mask, bits))
 
@@ -292,19 +308,48 @@ def test_greedy_and_sampled():
             RULES, SPEC, agent, "noisy_safe", flat, games=GAMES, seed=SEED, lanes=LANES
         ).records
 
-    def lowest_legal(state, player, game_id, decision, seed, mode):
-        return int(np.argmax(np.asarray(_single(RULES)["mask"](state))))
+    def uniform_greedy(state, player, game_id, decision, seed, mode):
+        mask = np.asarray(_single(RULES)["mask"](state))
+        return _greedy(mask / np.float32(mask.sum()), mask)
 
     greedy, sampled = run("greedy"), run("sampled")
     # greedy breaks the all-way tie by the lowest index: it plays or discards slot 0 and
-    # draws from the deck; every decision is one of those
-    assert greedy.pile_draws.sum() == 0
-    assert _records_as_rows(greedy) == reference_games(lowest_legal, "noisy_safe", GAMES, SEED)
+    # draws from the deck where one pile at most may be drawn from, from the first pile
+    # where two or more may (their total outweighs the deck's share)
+    assert greedy.pile_draws.sum() > 0 and greedy.deck_draws.sum() > 0
+    assert _records_as_rows(greedy) == reference_games(uniform_greedy, "noisy_safe", GAMES, SEED)
     # sampled draws from the uniform policy: it differs, and repeats itself exactly
     assert sampled.pile_draws.sum() > 0
     assert not np.array_equal(greedy.margin, sampled.margin)
     for name in lc_eval.GameRecords._fields:
         np.testing.assert_array_equal(getattr(run("sampled"), name), getattr(sampled, name))
+
+
+def test_greedy_weighs_the_piles_together_against_the_deck():
+    """`policy.greedy_action` against its numpy statement on random policies (with ties)
+    at card and draw decisions, and the cases that say why it exists."""
+    h, deck, n = RULES.hand_size, RULES.draw_deck_action, RULES.num_actions
+    greedy = jax.jit(jax.vmap(pol.greedy_action, in_axes=(0, 0, None)), static_argnums=2)
+    rng_ = np.random.default_rng(0)
+    draw = np.zeros((400, n), bool)
+    draw[:, deck] = True
+    draw[:, deck + 1 :] = rng_.random((400, n - deck - 1)) < 0.6
+    card = np.zeros((400, n), bool)
+    card[:, : 2 * h] = rng_.random((400, 2 * h)) < 0.7
+    card[:, h] = True  # a discard is always legal
+    masks = np.concatenate([draw, card])
+    probs = rng_.integers(0, 4, masks.shape).astype(np.float32) * masks  # ties are common
+    probs = probs / np.maximum(probs.sum(axis=1, keepdims=True), 1.0)
+    got = np.asarray(greedy(probs, masks, RULES.n_colors))
+    assert got.tolist() == [_greedy(p, m) for p, m in zip(probs, masks, strict=True)]
+    # the piles' 0.6 outweighs the deck's 0.4 though each pile alone is below it; the
+    # deck at a tie of the totals
+    two = np.zeros(n, np.float32)
+    two[[deck, deck + 1, deck + 2]] = 0.4, 0.3, 0.3
+    tie = np.zeros(n, np.float32)
+    tie[[deck, deck + 1, deck + 2]] = 0.5, 0.25, 0.25
+    assert int(pol.greedy_action(two, two > 0, RULES.n_colors)) == deck + 1
+    assert int(pol.greedy_action(tie, tie > 0, RULES.n_colors)) == deck
 
 
 @pytest.mark.parametrize("draws", ["deck", "playable"])

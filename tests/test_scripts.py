@@ -166,7 +166,9 @@ def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path
     assert np.isfinite(fit["loss_first"]) and np.isfinite(fit["loss_last"])
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("refit_strategy.py", f"--workdir={run}", "--weighting=uniform,cubic")
-    assert "--weighting must be one of" in failure.value.stderr and "'cubic'" in failure.value.stderr
+    assert (
+        "--weighting must be one of" in failure.value.stderr and "'cubic'" in failure.value.stderr
+    )
     with pytest.raises(subprocess.CalledProcessError) as failure:
         _script("refit_strategy.py", f"--workdir={run}", "--refit-seed=0,1", "--export=x")
     assert "--export writes one refit" in failure.value.stderr

@@ -20,6 +20,7 @@ from lc_cfr.game import determinize, engine, moves
 from lc_cfr.game.rules import Rules
 from lc_cfr.nets import mlp
 from lc_cfr.spiel import TINY_RULES
+from lc_cfr.traversal import policy as pol
 
 # The smoke variant of tests/test_eval.py: 12 cards, hands of 3, games of ~15 decisions.
 RULES = Rules(n_colors=2, n_ranks=5, n_wagers=1, hand_size=3, bonus_threshold=5, max_turns=30)
@@ -230,7 +231,8 @@ def test_cut_rollouts_stop_at_the_searchers_decision_and_read_the_value_network(
         """The greedy rollout's sigma at one world: one-hot on the blueprint's choice."""
         probs = blueprint(jax.tree.map(lambda x: x[None], world), jnp.zeros(1, jnp.uint32))
         mask = engine.legal_action_mask(RULES, world)
-        return jax.nn.one_hot(jnp.argmax(jnp.where(mask, probs[0], -1.0)), RULES.num_actions)
+        best = pol.greedy_action(probs[0], mask, RULES.n_colors)  # tests/test_eval.py holds it
+        return jax.nn.one_hot(best, RULES.num_actions)
 
     @jax.jit
     def leaf(world, sigma, player):

@@ -22,7 +22,9 @@ The agent. A network agent plays one policy view: `average_strategy` (the strate
 network, `mlp.masked_policy` of its raw outputs) or `current` (regret matching on the
 advantage networks, `policy.regret_matching` with the given fallback; the agent seated as
 player s uses advantage network s). In `greedy` mode it takes the most probable legal
-action, the lowest action index among ties; in `sampled` mode it samples as above. A bot
+action, the lowest action index among ties, except that at a draw decision it weighs the
+piles together against the deck first (`policy.greedy_action`); in `sampled` mode it
+samples as above. A bot
 agent (bot against bot) is played by the same loop.
 
 Lockstep. `lanes` games are in flight at once: half of the lanes (H) always hold seat-0
@@ -211,7 +213,7 @@ def _network_actions(rules, spec, agent: Agent, params, player, states, seed, id
         rm = functools.partial(pol.regret_matching, fallback=agent.fallback)
         probs = jax.vmap(rm)(mlp.masked_advantages(raw, mask), mask)
     if agent.mode == "greedy":
-        return jnp.argmax(jnp.where(mask, probs, -1.0), axis=-1).astype(jnp.int32)
+        return jax.vmap(pol.greedy_action, in_axes=(0, 0, None))(probs, mask, rules.n_colors)
     bits = rng.random_bits(seed, 0, ids, decisions, rng.Purpose.SAMPLE)
     return jax.vmap(pol.sample_action)(probs, mask, bits)
 

@@ -379,7 +379,7 @@ class OpenSpielPlayer(Player):
 
 
 @functools.cache
-def _chooser(spec: mlp.NetworkSpec, view: str, mode: str, fallback: str):
+def _chooser(spec: mlp.NetworkSpec, view: str, mode: str, fallback: str, n_piles: int):
     """The jitted batch-1 choice of a network view: (params, obs, mask, bits) -> action."""
 
     def choose(params, obs, mask, bits):
@@ -388,8 +388,8 @@ def _chooser(spec: mlp.NetworkSpec, view: str, mode: str, fallback: str):
             probs = mlp.masked_policy(raw, mask)
         else:
             probs = pol.regret_matching(mlp.masked_advantages(raw, mask), mask, fallback=fallback)
-        if mode == "greedy":  # lowest index among ties, as the vectorised evaluation
-            return jnp.argmax(jnp.where(mask, probs, -1.0)).astype(jnp.int32)
+        if mode == "greedy":  # as the vectorised evaluation
+            return pol.greedy_action(probs, mask, n_piles)
         return pol.sample_action(probs, mask, bits)
 
     return jax.jit(choose)
@@ -400,7 +400,8 @@ class NetworkPlayer(Player):
 
     `average_strategy` plays the strategy network's masked softmax; `current` plays
     regret matching on the advantage network of the player it is (`fallback` as in the
-    run). `greedy` takes the most probable legal action (lowest index among ties);
+    run). `greedy` plays `policy.greedy_action` (the most probable legal action, the
+    draw's source chosen first);
     `sampled` draws with `rng.random_bits(seed, 0, game_id, decision, SAMPLE)`, as
     `lc_cfr.eval.games` does. `draws` restricts the pile draws as the run's `draws` does
     in lockstep (`policy.restrict_draws`; the Cython engine's `playable_pile_tops_array`,
@@ -430,20 +431,21 @@ class NetworkPlayer(Player):
         self._params = tuple(params) if view == "current" else params
         self._view, self._mode, self._seed = view, mode, int(rng.as_word(seed))
         self._draws = pol.check_draws(draws)
-        self._choose = _chooser(spec, view, mode, fallback)
+        self._spec, self._fallback = spec, fallback
 
     def action(self, state, *, deal, game_id, decision):
         player = state.current_player()
         obs = np.asarray(state.information_state_tensor(player), np.float32)
         mask = state.engine.legal_mask_array().astype(bool)
+        tops = state.engine.playable_pile_tops_array()  # one per pile (colour)
         if self._draws != "any":  # the pile draws are the last C actions; the deck stays
-            tops = state.engine.playable_pile_tops_array()
             mask[-len(tops) :] &= tops if self._draws == "playable" else np.zeros_like(tops)
         params = self._params[player] if self._view == "current" else self._params
         bits = 0
         if self._mode == "sampled":
             bits = rng.random_bits_py(self._seed, 0, game_id, decision, rng.Purpose.SAMPLE)
-        return int(self._choose(params, obs, mask, np.uint32(bits)))
+        choose = _chooser(self._spec, self._view, self._mode, self._fallback, len(tops))
+        return int(choose(params, obs, mask, np.uint32(bits)))
 
 
 def jax_state(engine) -> jax_engine.State:

@@ -41,6 +41,7 @@ from lc_cfr.train.saved_networks import (
     search_params,
     value_network,
 )
+from lc_cfr.traversal import policy as pol
 
 VIEWS = ("average_strategy", "current", "sd_cfr", "search")
 # Games kept at once; the oldest is dropped past it (a local server, a few players).
@@ -325,7 +326,8 @@ class GameStore:
             action = int(found.action)
         else:
             mask = np.asarray(self._view(state)[0])
-            action = int(np.argmax(np.where(mask, probs, -1.0)))
+            # as the vectorised evaluation plays it
+            action = int(pol.greedy_action(probs.astype(np.float32), mask, self.rules.n_colors))
         return action, float(probs[action])
 
     def _apply(self, session: _Session, s, action: int, *, who: str, prob=None, forced=False):
