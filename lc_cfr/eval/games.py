@@ -24,8 +24,7 @@ advantage networks, `policy.regret_matching` with the given fallback; the agent 
 player s uses advantage network s). In `greedy` mode it takes the most probable legal
 action, the lowest action index among ties, except that at a draw decision it weighs the
 piles together against the deck first (`policy.greedy_action`); in `sampled` mode it
-samples as above. A bot
-agent (bot against bot) is played by the same loop.
+samples as above. A bot agent (bot against bot) is played by the same loop.
 
 Lockstep. `lanes` games are in flight at once: half of the lanes (H) always hold seat-0
 games, the other half seat-1 games, and every game starts on a loop step divisible by 4.
