@@ -259,7 +259,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # Policies evaluated: average_strategy (the strategy network), current (regret
     # matching on the advantage networks), sd_cfr (needs sd_cfr.snapshots).
     config.evaluation.views = "average_strategy,current"
-    config.evaluation.mode = "greedy"  # greedy | sampled play of the views
+    # greedy (the most probable action; at a draw the piles together against the deck
+    # first, policy.greedy_action) | sampled play of the views
+    config.evaluation.mode = "greedy"
     config.evaluation.seed = 20261130  # deals (iteration word 0) and sampled actions
     config.evaluation.lanes = 0  # games in flight at once; 0 = the evaluator's default
     # Exact exploitability (OpenSpiel, lc_cfr.spiel) every this many iterations, in points;

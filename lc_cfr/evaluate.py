@@ -91,7 +91,9 @@ _VIEWS = flags.DEFINE_string(
     "Policy views of the run (comma-separated), `search` among them; with --agent only "
     "`search` (search over the bot) is read.",
 )
-_MODE = flags.DEFINE_string("mode", "greedy", "greedy (argmax) or sampled.")
+_MODE = flags.DEFINE_string(
+    "mode", "greedy", "greedy (policy.greedy_action: argmax, a draw's source first) or sampled."
+)
 _SEED = flags.DEFINE_integer("seed", 0, "Evaluation seed (deals, sampled actions).")
 _LANES = flags.DEFINE_integer("lanes", None, "Games in flight at once (even).")
 _RULES = flags.DEFINE_string("rules", None, "With --agent: rules overrides, e.g. n_colors=2.")
