@@ -613,8 +613,8 @@ def rollout_margins(
         return ~states.terminal & ~stopped
 
     def policy(states, t):
-        """The rollout's sigma [K * D, A] at rollout decision t: the blueprint's most
-        probable legal action (greedy) or its distribution (sampled)."""
+        """The rollout's sigma [K * D, A] at rollout decision t: one-hot on the
+        blueprint's greedy action (greedy) or its distribution (sampled)."""
         counter = world * span + t.astype(jnp.uint32)
         noise = rng.random_bits(seed, decision, game, counter, rng.Purpose.SEARCH_NOISE)
         probs = blueprint(states, noise)

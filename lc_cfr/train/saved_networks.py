@@ -145,9 +145,7 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
             )
             stacks = read_tree(arrays, "sd_advantage", (stack, stack))
             snapshots = Snapshots(stacks, int(meta["sd_count"]))
-        value = None
-        if any(key.startswith("value_params") for key in arrays):
-            value = read_tree(arrays, "value_params", _value_template(rules, spec))
+        value = _read_value(arrays, rules, spec)
     except (checkpoint.CheckpointMismatch, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path} does not match {config_path}: {error}") from error
     return SavedNetworks(
@@ -164,10 +162,14 @@ def load_saved_networks(workdir: str | os.PathLike, iteration: int | None = None
     )
 
 
-def _value_template(rules: Rules, spec: mlp.NetworkSpec):
-    """The shapes of the run's history value network (`traversal.api.value_spec`)."""
+def _read_value(arrays: dict, rules: Rules, spec: mlp.NetworkSpec):
+    """The history value network in a checkpoint item's `arrays`, or None where it holds
+    none; its shapes are `traversal.api.value_spec`'s (CheckpointMismatch otherwise)."""
+    if not any(key.startswith("value_params") for key in arrays):
+        return None
     shape = value_spec(rules, spec)
-    return jax.eval_shape(lambda: mlp.init_params(shape, jax.random.PRNGKey(0)))
+    template = jax.eval_shape(lambda: mlp.init_params(shape, jax.random.PRNGKey(0)))
+    return read_tree(arrays, "value_params", template)
 
 
 def value_network(saved: SavedNetworks):
@@ -192,10 +194,8 @@ def value_network(saved: SavedNetworks):
         raise ValueError(str(error)) from error
     finally:
         store.close()
-    if not any(key.startswith("value_params") for key in arrays):
-        return None
     try:
-        return read_tree(arrays, "value_params", _value_template(saved.rules, saved.spec))
+        return _read_value(arrays, saved.rules, saved.spec)
     except checkpoint.CheckpointMismatch as error:
         raise ValueError(f"{store.path(saved.iteration)}: {error}") from error
 
