@@ -39,9 +39,14 @@ drawn uniformly among them (reservoir sampling: the k-th replaces the kept one w
 probability 1/k), as `expand_at=path` draws its expansion among a path's choices (whose
 traverser also mixes in `path_epsilon` of uniform play, which this does not).
 
+At the draw decisions among the positions (the deck and a pile legal) it also prints
+each estimator's edge of the piles over the deck, and that edge less Fbar's, paired by
+position: whether the leaves lean one way at the draw choice (`--decisions draw` draws
+every position among those decisions; docs/experiments.md 53).
+
     .venv/bin/python scripts/leaf_noise.py --workdir RUN [--checkpoint STEP] \\
         [--positions 1024] [--redraws 4] [--leaf-decisions 2,4,8] [--seed 0] \\
-        [--json out.json]
+        [--decisions all|draw] [--json out.json]
 
 --leaf-decisions measures leaves at other depths with the run's value network (the
 full playouts are shared). Nothing in the run directory is written. Random numbers:
@@ -76,6 +81,8 @@ from lc_cfr.search import SearchOptions, network_blueprint, redraw_undealt, widt
 from lc_cfr.train.setup import options_from_config  # noqa: E402
 from lc_cfr.traversal import api  # noqa: E402
 from lc_cfr.traversal import policy as pol  # noqa: E402
+
+DECISIONS = ("all", "draw")  # --decisions: where positions are drawn
 
 
 class Stream(enum.IntEnum):
@@ -124,11 +131,12 @@ def _sigma(rules, spec, options, networks: Networks):
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def sample_positions(rules, spec, options, count: int, networks: Networks, seed):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 6))
+def sample_positions(rules, spec, options, count: int, networks: Networks, seed, draws_only=False):
     """([count] positions, one per self-play game of sigma, drawn uniformly among its
-    decisions with two or more actions (reservoir sampling); [count] bool whether the
-    game had one)."""
+    decisions with two or more actions (reservoir sampling), with `draws_only` among its
+    draw decisions where the deck and a pile are legal; [count] bool whether the game
+    had one)."""
     sigma = _sigma(rules, spec, options, networks)
     games = jnp.arange(count, dtype=jnp.uint32)
     states = jax.vmap(engine.init, in_axes=(None, None, 0, None))(rules, seed, games, 0)
@@ -142,6 +150,8 @@ def sample_positions(rules, spec, options, count: int, networks: Networks, seed)
         live = ~states.terminal
         t = engine.decision_index(states).astype(jnp.uint32)
         choice = live & (jnp.sum(mask, axis=-1) >= 2)
+        if draws_only:
+            choice = choice & is_draw_choice(rules, mask)
         seen = seen + choice
         coin = rng.uniform(bits(seed, Stream.PICK, games, t))
         kept = engine.tree_where(choice & (coin * seen < 1.0), states, kept)
@@ -153,6 +163,13 @@ def sample_positions(rules, spec, options, count: int, networks: Networks, seed)
     seen = jnp.zeros(count, jnp.int32)
     _, kept, seen = jax.lax.while_loop(unfinished, play, (states, states, seen))
     return kept, seen > 0
+
+
+def is_draw_choice(rules, mask):
+    """[N] bool: the deck draw and at least one pile draw (the actions after the deck's,
+    `Rules.draw_deck_action`) are legal."""
+    deck = rules.draw_deck_action
+    return mask[..., deck] & jnp.any(mask[..., deck + 1 :], axis=-1)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
@@ -235,13 +252,17 @@ class Measured(NamedTuple):
     leaf: dict  # {leaf depth: [N, K] float32 regrets of L}
     mixed: dict  # {leaf depth: [N, K] float32 regrets of M}
     leaves: dict  # {leaf depth: [R, N, K] float32 regrets of leaves on other redrawn decks}
+    actions: np.ndarray | None = None  # [N, K] int32, the action of each slot
 
 
-def measure(rules, spec, options, networks: Networks, positions, redraws, seed, depths=()):
-    """Samples the positions and values their children (the module docstring), with
-    leaves at each of `depths` decisions (default: the run's `leaf_decisions`)."""
+def measure(
+    rules, spec, options, networks: Networks, positions, redraws, seed, depths=(), draws_only=False
+):
+    """Samples the positions (`draws_only`: at draw decisions with a pile legal) and values
+    their children (the module docstring), with leaves at each of `depths` decisions
+    (default: the run's `leaf_decisions`)."""
     seed = rng.as_word(seed)
-    nodes, found = sample_positions(rules, spec, options, positions, networks, seed)
+    nodes, found = sample_positions(rules, spec, options, positions, networks, seed, draws_only)
     mask = pol.agent_masks(rules, nodes, options.draws)
     actions, valid = node_actions(mask, width(SearchOptions(candidates=0), rules))
     valid = valid & found[:, None]
@@ -278,6 +299,7 @@ def measure(rules, spec, options, networks: Networks, positions, redraws, seed, 
         leaf=leaf,
         mixed=mixed,
         leaves=leaves,
+        actions=np.asarray(actions),
     )
 
 
@@ -330,6 +352,46 @@ def phase_table(measured: Measured, depth: int) -> list[dict]:
     return rows
 
 
+def _mean_stderr(x: np.ndarray) -> tuple[float, float]:
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+
+
+def draw_table(measured: Measured, depth: int, deck: int) -> dict | None:
+    """At the positions where the deck draw (action `deck`) and a pile draw (the actions
+    after it) are legal: each estimator's edge of the piles over the deck, the legal
+    piles' mean regret less the deck's (= their values' difference: the regrets share
+    sigma's node value), in points, mean +- stderr over positions and the share of
+    positions where it is above 0; and each estimator's edge less Fbar's, paired by
+    position: the leaves' bias on the draw choice (Fbar, the redrawn playouts' mean,
+    estimates the expected edge without bias). None without such positions."""
+    valid, actions = measured.valid, measured.actions
+    deck_slot = valid & (actions == deck)
+    pile_slot = valid & (actions > deck)
+    where = deck_slot.any(axis=1) & pile_slot.any(axis=1)
+    if not where.any():
+        return None
+
+    def edge(regrets: np.ndarray) -> np.ndarray:
+        piles = np.where(pile_slot, regrets, 0.0).sum(axis=1) / np.maximum(pile_slot.sum(1), 1)
+        return (piles - np.where(deck_slot, regrets, 0.0).sum(axis=1))[where]
+
+    edges = {
+        "leaf": edge(measured.leaf[depth]),
+        "leaf_mean": edge(measured.leaves[depth].mean(axis=0)),
+        "mixed": edge(measured.mixed[depth]),
+        "full0": edge(measured.full0),
+        "fbar": edge(measured.redrawn.mean(axis=0)),
+    }
+    table = {"positions": int(where.sum())}
+    for name, x in edges.items():
+        table[name], table[f"{name}_stderr"] = _mean_stderr(x)
+        table[f"{name}_positive"] = float((x > 0).mean())
+        if name != "fbar":
+            key = f"{name}_less_fbar"
+            table[key], table[f"{key}_stderr"] = _mean_stderr(x - edges["fbar"])
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True, help="run directory (value leaves on)")
@@ -339,6 +401,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--leaf-decisions", help="leaf depths to measure, e.g. 2,4,8 (default: the run's)"
+    )
+    parser.add_argument(
+        "--decisions",
+        choices=DECISIONS,
+        default="all",
+        help="positions among all decisions with a choice, or only draws with a pile legal",
     )
     parser.add_argument("--json", help="write the table here")
     args = parser.parse_args()
@@ -364,6 +432,7 @@ def main() -> None:
         args.redraws,
         args.seed,
         depths,
+        draws_only=args.decisions == "draw",
     )
     seconds = time.perf_counter() - start
     print(
@@ -388,6 +457,25 @@ def main() -> None:
                 f"{row['leaf_corr_full0']:>10.3f} {row['leaf_corr_fbar']:>12.3f} "
                 f"{row['corr_full_pair']:>11.3f}"
             )
+    deck = trainer.rules.draw_deck_action
+    draws = {depth: draw_table(measured, depth, deck) for depth in depths}
+    for depth, table in draws.items():
+        if table is None:
+            continue
+        print(
+            f"draw decisions with a pile legal, leaves {depth} decisions down: "
+            f"{table['positions']} positions; the piles' edge over the deck in points, "
+            "mean +- stderr (share above 0), and less Fbar's paired by position"
+        )
+        for name in ("fbar", "full0", "leaf", "leaf_mean", "mixed"):
+            line = (
+                f"  {name:<9} {table[name]:+7.2f} +- {table[name + '_stderr']:.2f} "
+                f"({table[name + '_positive']:.2f})"
+            )
+            if name != "fbar":
+                key = f"{name}_less_fbar"
+                line += f"   less Fbar {table[key]:+6.2f} +- {table[key + '_stderr']:.2f}"
+            print(line)
     if args.json:
         result = {
             "workdir": str(workdir),
@@ -397,7 +485,9 @@ def main() -> None:
             "seed": args.seed,
             "trained_leaf_decisions": trainer.options.leaf_decisions,
             "seconds": seconds,
+            "decisions": args.decisions,
             "depths": {str(depth): rows for depth, rows in tables.items()},
+            "draw_edges": {str(depth): table for depth, table in draws.items()},
         }
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
 

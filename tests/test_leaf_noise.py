@@ -107,3 +107,53 @@ def test_a_phase_with_fewer_than_two_entries_is_left_out():
     rows = leaf_noise.phase_table(measured, 4)
     assert [row["phase"] for row in rows] == [1]
     assert np.isnan(rows[0]["corr_full_pair"])  # constant: no correlation, no warning
+
+
+def test_draw_positions_are_draws_with_a_pile_legal():
+    nets = _networks()
+    opts = _options(8)
+    nodes, found = leaf_noise.sample_positions(TINY, SPEC, opts, POSITIONS, nets, SEED, True)
+    assert bool(found.any())
+    mask = np.asarray(pol.agent_masks(TINY, nodes, opts.draws))[np.asarray(found)]
+    deck = TINY.draw_deck_action
+    assert mask[:, deck].all() and mask[:, deck + 1 :].any(axis=1).all()
+    assert not mask[:, :deck].any()  # no card action at a draw decision
+
+
+def test_the_draw_table_reads_the_piles_edge_and_the_leaf_bias():
+    rng = np.random.default_rng(1)
+    n, redraws, deck = 3000, 4, 5
+    # slots: a card action (never at a draw), the deck, two piles (the second legal half
+    # the time); the true edge of the piles over the deck is +2 points
+    actions = np.tile(np.array([0, deck, deck + 1, deck + 2]), (n, 1))
+    valid = np.ones((n, 4), bool)
+    valid[:, 0] = False
+    valid[: n // 2, 3] = False
+    valid[-10:, 1] = False  # no deck draw: not a draw position
+    truth = np.zeros((n, 4), np.float32)
+    truth[:, 2:] = 2.0
+
+    def noisy(shift=0.0):
+        out = truth + rng.normal(0.0, 5.0, (n, 4)).astype(np.float32)
+        out[:, 2:] += shift
+        return np.where(valid, out, 0.0)
+
+    measured = leaf_noise.Measured(
+        phase=np.zeros(n, int),
+        valid=valid,
+        full0=noisy(),
+        redrawn=np.stack([noisy() for _ in range(redraws)]),
+        leaf={8: noisy(-3.0)},  # leaves that undervalue the piles by 3 points
+        mixed={8: noisy()},
+        leaves={8: np.stack([noisy(-3.0) for _ in range(redraws)])},
+        actions=actions,
+    )
+    table = leaf_noise.draw_table(measured, 8, deck)
+    assert table["positions"] == n - 10
+    assert table["fbar"] == pytest.approx(2.0, abs=4 * table["fbar_stderr"])
+    assert table["leaf"] == pytest.approx(-1.0, abs=4 * table["leaf_stderr"])
+    assert table["leaf_less_fbar"] == pytest.approx(-3.0, abs=4 * table["leaf_less_fbar_stderr"])
+    assert table["full0_less_fbar"] == pytest.approx(0.0, abs=4 * table["full0_less_fbar_stderr"])
+    assert 0.0 < table["leaf_positive"] < table["fbar_positive"] < 1.0
+    no_draws = measured._replace(actions=np.zeros_like(actions))
+    assert leaf_noise.draw_table(no_draws, 8, deck) is None

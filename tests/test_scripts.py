@@ -129,6 +129,23 @@ def test_expeditions_follows_every_opened_expedition(best_response_run, tmp_path
         _script("stalling.py", f"--workdir={run}", "--views=current", "--games=3")
     assert "--games must be even" in failure.value.stderr
 
+    # the same run's memory at its draw rows: targets, fits and current policy (section 53)
+    agreement = tmp_path / "agreement.json"
+    _script("draw_agreement.py", f"--workdir={run}", "--rows=64", f"--json={agreement}")
+    drawn = json.loads(agreement.read_text())
+    assert drawn["rows_read"] == min(64, drawn["draw_rows"]) > 0
+    assert sum(band["rows"] for band in drawn["bands"]) == drawn["rows_read"]
+    for name, value in drawn["all"].items():
+        if name.endswith(("_share", "_agreement")):
+            assert 0.0 <= value <= 1.0, name
+    for bands in drawn["regrets"].values():  # each player's advantage memory
+        assert 0 < sum(band["rows"] for band in bands) <= 64
+        for band in bands:
+            assert 0.0 <= band["sampled_positive"] <= 1.0 and -1.0 <= band["correlation"] <= 1.0
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        _script("draw_agreement.py", f"--workdir={run}", "--bands=0")
+    assert "--bands must be >= 1, got 0" in failure.value.stderr
+
     # the same run's strategy network refitted from scratch on its own memory, then
     # both networks evaluated on the same deals
     refit = tmp_path / "refit.json"
