@@ -21,8 +21,9 @@ the iteration that wrote them (`--bands` bands of equal rows):
 - per player, at the draw rows of its advantage memory (the sampled regrets that the
   current policies are fitted to): the piles' mean target regret less the deck's, its
   mean, standard deviation and the share above 0, beside the same difference as the
-  player's advantage network predicts it and the correlation of the two. A mean small
-  against the standard deviation is a choice whose sign the samples barely carry.
+  player's advantage network predicts it and the correlation of the two, in utility
+  units as the memory stores them (`utility_scale` points each, in the JSON). A mean
+  small against the standard deviation is a choice whose sign the samples barely carry.
 
     .venv/bin/python scripts/draw_agreement.py --workdir RUN [--checkpoint STEP] \\
         [--rows 200000] [--bands 10] [--refit-seed 0] [--seed 0] [--json out.json]
@@ -225,6 +226,7 @@ def main() -> None:
         "draw_rows": int(draw_rows(np.asarray(state.strategy_memory.mask), deck).sum()),
         "rows_read": int(len(mask)),
         "refit_seed": args.refit_seed,
+        "utility_scale": float(config.utility_scale),  # points per unit of "regrets"
         "bands": [
             summary((iterations >= lo) & (iterations <= hi), lo, hi)
             for lo, hi in band_edges(iterations, args.bands)
