@@ -48,19 +48,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_common  # noqa: E402
+from leaf_noise import is_draw_choice  # noqa: E402
 
+from lc_cfr.eval.metrics import per_deal_stderr  # noqa: E402
 from lc_cfr.nets import mlp  # noqa: E402
 from lc_cfr.train.setup import learner_from_config  # noqa: E402
 from lc_cfr.traversal import policy as pol  # noqa: E402
 
 ONE_HOT = 0.99  # a target whose largest probability is at least this is called one-hot
 CHUNK = 8192  # rows per forward
-
-
-def draw_rows(mask: np.ndarray, deck: int) -> np.ndarray:
-    """[N] bool: rows where the deck draw and at least one pile draw are legal (the pile
-    draws are the actions after the deck's, `Rules.draw_deck_action`)."""
-    return mask[:, deck] & mask[:, deck + 1 :].any(axis=1)
 
 
 def pile_mass(probs: np.ndarray, mask: np.ndarray, deck: int) -> np.ndarray:
@@ -85,7 +81,7 @@ def regret_summary(
         "iterations": [low, high],
         "rows": int(select.sum()),
         "sampled_mean": float(s.mean()),
-        "sampled_stderr": float(s.std(ddof=1) / np.sqrt(len(s))) if len(s) > 1 else 0.0,
+        "sampled_stderr": per_deal_stderr(s),  # rows as independent observations
         "sampled_sd": float(s.std()),
         "sampled_positive": float((s > 0).mean()),
         "predicted_mean": float(p.mean()),
@@ -95,12 +91,13 @@ def regret_summary(
     }
 
 
-def _read_draw_rows(memory, *, deck: int, limit: int, rng, codec):
-    """(mask, target, iteration, decoded info) of up to `limit` draw rows of a memory,
-    drawn without replacement and kept in memory order; None if it has none."""
+def _read_draw_rows(memory, *, rules, limit: int, rng, codec):
+    """(mask, target, iteration, decoded info, the memory's draw rows) of up to `limit`
+    draw rows of a memory (`leaf_noise.is_draw_choice`), drawn without replacement and
+    kept in memory order; None if it has none."""
     size = int(memory.size)
     mask = np.asarray(memory.mask[:size])
-    candidates = np.flatnonzero(draw_rows(mask, deck))
+    candidates = np.flatnonzero(np.asarray(is_draw_choice(rules, mask)))
     if candidates.size == 0:
         return None
     rows = np.sort(rng.choice(candidates, size=min(limit, candidates.size), replace=False))
@@ -110,6 +107,7 @@ def _read_draw_rows(memory, *, deck: int, limit: int, rng, codec):
         np.asarray(memory.target[:size])[rows],
         np.asarray(memory.iteration[:size])[rows],
         info,
+        candidates.size,
     )
 
 
@@ -145,11 +143,13 @@ def main() -> None:
     deck = trainer.rules.draw_deck_action
     codec = trainer.strategy_learner.codec
     rng = np.random.default_rng(args.seed)
-    read = functools.partial(_read_draw_rows, deck=deck, limit=args.rows, rng=rng, codec=codec)
+    read = functools.partial(
+        _read_draw_rows, rules=trainer.rules, limit=args.rows, rng=rng, codec=codec
+    )
     rows = read(state.strategy_memory)
     if rows is None:
         raise SystemExit(f"checkpoint {int(state.iteration)}: no draw rows in the strategy memory")
-    mask, target, iterations, info = rows
+    mask, target, iterations, info, draw_count = rows
 
     fit_config = config.copy_and_resolve_references()
     fit_config.optimization.strategy_init = "scratch"
@@ -166,7 +166,7 @@ def main() -> None:
     )
     strategy = jax.jit(lambda p, x, m: mlp.masked_policy(mlp.apply(spec, p, x), m))
     advantages = jax.jit(lambda p, x, m: mlp.masked_advantages(mlp.apply(spec, p, x), m))
-    current = jax.jit(lambda p, x, m: matching(mlp.masked_advantages(mlp.apply(spec, p, x), m), m))
+    current = jax.jit(lambda p, x, m: matching(advantages(p, x, m), m))
 
     def forward(fn, params, info, mask) -> np.ndarray:
         out = [
@@ -208,7 +208,7 @@ def main() -> None:
         player_rows = read(state.advantage_memory[player])
         if player_rows is None:
             continue
-        a_mask, a_target, a_iterations, a_info = player_rows
+        a_mask, a_target, a_iterations, a_info, _ = player_rows
         sampled = pile_edge(a_target, a_mask, deck)
         predicted = pile_edge(
             forward(advantages, state.advantage_params[player], a_info, a_mask), a_mask, deck
@@ -223,7 +223,7 @@ def main() -> None:
         "checkpoint": int(state.iteration),
         "strategy_iteration": int(state.strategy_iteration),
         "memory_rows": int(state.strategy_memory.size),
-        "draw_rows": int(draw_rows(np.asarray(state.strategy_memory.mask), deck).sum()),
+        "draw_rows": int(draw_count),
         "rows_read": int(len(mask)),
         "refit_seed": args.refit_seed,
         "utility_scale": float(config.utility_scale),  # points per unit of "regrets"

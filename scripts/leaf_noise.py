@@ -75,6 +75,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import bench_common  # noqa: E402
 
 from lc_cfr import compile_cache  # noqa: E402
+from lc_cfr.eval.metrics import per_deal_stderr  # noqa: E402
 from lc_cfr.game import engine, rng  # noqa: E402
 from lc_cfr.nets import mlp  # noqa: E402
 from lc_cfr.search import SearchOptions, network_blueprint, redraw_undealt, width  # noqa: E402
@@ -353,7 +354,8 @@ def phase_table(measured: Measured, depth: int) -> list[dict]:
 
 
 def _mean_stderr(x: np.ndarray) -> tuple[float, float]:
-    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+    """Mean and its standard error over positions (independent games)."""
+    return float(x.mean()), per_deal_stderr(x)
 
 
 def draw_table(measured: Measured, depth: int, deck: int) -> dict | None:
